@@ -1,0 +1,52 @@
+"""The ``knowgic`` command line.
+
+Each stage owns its sub-commands in a ``commands`` module exposing ``register(subparsers)``; this file only
+wires them together and turns :class:`~knowgic.errors.KnowgicError` into one-line errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from knowgic.errors import KnowgicError
+
+COMMAND_MODULES = (
+    "knowgic.dataset.commands",  # dataset path, validate, publish
+    "knowgic.models.commands",  # models list, build-tiny
+    "knowgic.evaluation.commands",  # evaluate, bench
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's usage errors are exit 2 too, kept to one line
+        self.print_usage(sys.stderr)
+        self.exit(2, f"error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="knowgic", description="KnowGIC: deep knowledge-editing benchmark")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KnowgicError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

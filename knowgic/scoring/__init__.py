@@ -1,0 +1,1 @@
+"""scoring stage."""

@@ -1,0 +1,63 @@
+"""Queries, scores and the scorer interface shared by every protocol.
+
+A query is (template, subject, gold answers). Its score ``p`` is in [0, 1] (DESIGN.md, "Scoring
+protocols"); whether the model *knows* the query is decided by the protocol's own rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Query:
+    """``prompt.format(subject)`` should be answered by ``answers[0]`` or one of its aliases ``answers[1:]``.
+
+    ``question`` is the natural-language form used by the ``generate`` and ``greedy`` protocols.
+    ``n_gold`` is the number of distinct gold answers the dataset lists for this (subject, prompt): the
+    ``logprob`` protocol counts a query as known when the answer's first token is among the top ``n_gold``
+    next tokens (one-to-many relations split probability among their answers).
+    """
+
+    prompt: str
+    subject: str
+    answers: tuple[str, ...]
+    question: str = ""
+    n_gold: int = 1
+
+    @property
+    def text(self) -> str:
+        return self.prompt.format(self.subject)
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Per-query results, aligned with the input queries."""
+
+    p: np.ndarray  # float64, in [0, 1]
+    known: np.ndarray  # bool
+
+    def __len__(self) -> int:
+        return len(self.p)
+
+
+class Scorer(Protocol):
+    """A scoring protocol. ``params`` are recorded in every results file."""
+
+    protocol: str
+
+    @property
+    def params(self) -> dict[str, Any]: ...
+
+    def score(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        queries: Sequence[Query],
+        prefix: str = "",
+    ) -> Scores: ...
