@@ -1,0 +1,74 @@
+"""Shared fixtures.
+
+``random_gpt2``: a 2-layer GPT-2 with random weights and a byte-level BPE tokenizer trained in-process on the
+benchmark's own strings; built in about a second, for tests of mechanics (shapes, batching, restore,
+invariants of the edit math) that need no knowledge in the model.
+``knowgic_tiny``: the project's offline default model, trained on KnowGIC's facts (built once and cached).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+UPSTREAM_CHAINS = REPO_ROOT / "knowgic" / "dataset" / "upstream" / "chains.json"
+
+# Tests never touch the network: hub ids must fail fast instead of hanging.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _benchmark_texts() -> list[str]:
+    rows = json.loads(UPSTREAM_CHAINS.read_text(encoding="utf-8"))
+    texts: list[str] = []
+    for row in rows[:200]:
+        rw = row["requested_rewrite"][0]
+        texts.append(rw["prompt"].format(rw["subject"]) + " " + rw["target_true"]["str"])
+        texts.append(rw["target_new"]["str"])
+        for block in (row["chain"], row["broader_context"]):
+            for q, a, p, s in zip(block["questions"], block["answers"], block["prompts"], block["subjects"]):
+                texts.append(p.format(s) + " " + a)
+                texts.append(q + " " + a)
+    return texts
+
+
+@pytest.fixture(scope="session")
+def random_gpt2() -> tuple[torch.nn.Module, object]:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=1024,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_benchmark_texts(), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>", unk_token="<|endoftext|>"
+    )
+    tokenizer.pad_token = tokenizer.eos_token
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_positions=128, n_embd=64, n_layer=2, n_head=4,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    model = GPT2LMHeadModel(config).eval()
+    return model, tokenizer
+
+
+@pytest.fixture(scope="session")
+def knowgic_tiny():
+    """The offline default model (a :class:`knowgic.models.base.LoadedModel`), built once per cache."""
+    from knowgic.models.loading import load_model
+
+    return load_model("knowgic-tiny")
