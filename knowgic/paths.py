@@ -16,7 +16,9 @@ def spec_dir() -> Path:
     repo = PACKAGE_DIR.parent / "spec"
     if repo.is_dir():
         return repo
-    raise FileNotFoundError("cannot find the KnowGIC spec folder (spec/); is the package installed correctly?")
+    raise FileNotFoundError(
+        "cannot find the KnowGIC spec folder (spec/); is the package installed correctly?"
+    )
 
 
 def cache_dir() -> Path:

@@ -32,7 +32,9 @@ def _benchmark_texts() -> list[str]:
         texts.append(rw["prompt"].format(rw["subject"]) + " " + rw["target_true"]["str"])
         texts.append(rw["target_new"]["str"])
         for block in (row["chain"], row["broader_context"]):
-            for q, a, p, s in zip(block["questions"], block["answers"], block["prompts"], block["subjects"]):
+            for q, a, p, s in zip(
+                block["questions"], block["answers"], block["prompts"], block["subjects"], strict=True
+            ):
                 texts.append(p.format(s) + " " + a)
                 texts.append(q + " " + a)
     return texts
@@ -59,8 +61,13 @@ def random_gpt2() -> tuple[torch.nn.Module, object]:
     tokenizer.pad_token = tokenizer.eos_token
     torch.manual_seed(0)
     config = GPT2Config(
-        vocab_size=len(tokenizer), n_positions=128, n_embd=64, n_layer=2, n_head=4,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        n_positions=128,
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
     )
     model = GPT2LMHeadModel(config).eval()
     return model, tokenizer

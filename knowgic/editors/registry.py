@@ -37,9 +37,7 @@ def _load_target(target: str, what: str) -> type[Editor]:
     except AttributeError:
         raise KnowgicError(f"editor {what!r}: module {module_name!r} has no attribute {attr!r}") from None
     if not (isinstance(cls, type) and issubclass(cls, Editor)):
-        raise KnowgicError(
-            f"editor {what!r}: {target} is not a subclass of knowgic.editors.Editor"
-        )
+        raise KnowgicError(f"editor {what!r}: {target} is not a subclass of knowgic.editors.Editor")
     return cls
 
 

@@ -51,7 +51,9 @@ def read_hparams_file(path: Path) -> dict[str, Any]:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise KnowgicError(f"hparams file {path}: expected a mapping of keys to values, got {type(data).__name__}")
+        raise KnowgicError(
+            f"hparams file {path}: expected a mapping of keys to values, got {type(data).__name__}"
+        )
     return data
 
 
