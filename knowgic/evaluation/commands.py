@@ -1,0 +1,197 @@
+"""``knowgic evaluate`` and ``knowgic bench``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from knowgic.errors import KnowgicError
+
+_HEADLINE = (
+    ("ifr", "IFR", "lower"),
+    ("ifr_uncapped", "IFR (uncapped)", "lower"),
+    ("preservation", "Preservation", "higher"),
+    ("preservation_macro", "Preservation (macro)", "higher"),
+    ("efficacy", "Efficacy", "higher"),
+    ("efficacy_magnitude", "Efficacy magnitude", "higher"),
+    ("generalization", "Generalization", "higher"),
+    ("specificity", "Specificity", "higher"),
+    ("deep_editing_score", "Deep-editing score", "higher"),
+)
+
+
+def _protocol_param(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, yaml.safe_load(value)
+    except yaml.YAMLError:
+        return key, value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "evaluate",
+        help="edit a model with an editor and score IFR, Preservation, Efficacy, Specificity",
+        description="Evaluate an editing method on KnowGIC. Writes results.json and plots to --out.",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="offline name (knowgic-tiny, gemma3-270m, smollm2-135m), hub id or path",
+    )
+    p.add_argument(
+        "--editor",
+        required=True,
+        help="built-in (none, ice, rome, memit, ...), entry-point name, or module:Class",
+    )
+    p.add_argument("--hparams", help="hparams YAML (default: the shipped file for this editor and model)")
+    p.add_argument("--protocol", default="logprob", help="logprob (default), generate or greedy")
+    p.add_argument(
+        "--protocol-param",
+        action="append",
+        default=[],
+        type=_protocol_param,
+        metavar="KEY=VALUE",
+        help="override a protocol parameter from spec/benchmark.yaml, e.g. k=10 (repeatable)",
+    )
+    p.add_argument("--mode", default="independent", help="independent (default) or sequential")
+    p.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
+    p.add_argument("--limit", type=_positive_int, help="evaluate only the first N distinct edits")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
+    p.add_argument(
+        "--device", default="auto", help="auto (default: cuda when available), cpu, cuda, cuda:1, ..."
+    )
+    p.add_argument("--out", type=Path, help="output folder for results.json and plots")
+    p.add_argument(
+        "--no-cache", action="store_true", help="recompute pre-edit scores instead of reading the cache"
+    )
+    p.add_argument("--json", action="store_true", help="print the results document instead of the table")
+    p.set_defaults(func=run_evaluate)
+
+    b = subparsers.add_parser(
+        "bench",
+        help="measure evaluation speed and memory against the naive per-row protocol",
+        description="Speed and memory benchmark; prints one JSON line of measured ratios.",
+    )
+    b.add_argument("--model", default="knowgic-tiny")
+    b.add_argument("--editor", default="rome")
+    b.add_argument(
+        "--naive-rows", type=_positive_int, help="measure the naive protocol on this many rows only"
+    )
+    b.add_argument("--dataset-version")
+    b.set_defaults(func=run_bench)
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
+
+    overrides = dict(args.protocol_param)
+    request = EvaluationRequest(
+        model=args.model,
+        editor=args.editor,
+        hparams_path=args.hparams,
+        protocol=args.protocol,
+        protocol_overrides=overrides,
+        mode=args.mode,
+        dataset_version=args.dataset_version,
+        limit=args.limit,
+        seed=args.seed,
+        dtype=args.dtype,
+        device=args.device,
+        out_dir=args.out,
+        use_cache=not args.no_cache,
+    )
+    run = evaluate(request, progress=sys.stderr.isatty())
+    if args.json:
+        import json
+
+        print(json.dumps(run.document, indent=2, ensure_ascii=False))
+    else:
+        print_results(run.document, run.results_path, run.plot_paths)
+    return 0
+
+
+def _fmt(value: float | None) -> str:
+    return "null" if value is None else f"{value:.4f}"
+
+
+def print_results(
+    document: Mapping[str, Any], results_path: Path | None = None, plots: list[Path] | None = None
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(soft_wrap=True)
+    c, d, m, n = document["config"], document["dataset"], document["metrics"], document["counts"]
+    table = Table(
+        title=(
+            f"KnowGIC {d['version']} | {c['model']} | editor {c['editor']} | {c['protocol']} | {c['mode']}"
+        ),
+        title_justify="left",
+    )
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("n", justify="right")
+    table.add_column("better")
+    table.add_column("note")
+    for key, label, direction in _HEADLINE:
+        entry = m[key]
+        table.add_row(label, _fmt(entry["value"]), str(entry["n"]), direction, entry.get("reason", ""))
+    for length, entry in m["ifr_by_length"].items():
+        table.add_row(
+            f"  IFR, {length}-step chains",
+            _fmt(entry["value"]),
+            str(entry["n"]),
+            "lower",
+            entry.get("reason", ""),
+        )
+    console.print(table)
+    console.print(
+        f"chains {n['chains']} (active {n['active_chains']}, still recoverable {n['recoverable_chains']}), "
+        f"edits {n['edits']}, broader-context facts {n['preservation_facts']} "
+        f"(known {n.get('preservation_facts_known', '?')}), neighbourhood facts {n['specificity_facts']} "
+        f"(known {n.get('specificity_facts_known', '?')})"
+    )
+    t = document["timing"]
+    pre = "from cache" if t.get("pre_scores_cached") else f"{t.get('pre_scoring_seconds', 0.0):.1f} s"
+    console.print(
+        f"time {t['total_seconds']:.1f} s (editing {t['edit_seconds']:.1f} s, "
+        f"scoring {t['scoring_seconds']:.1f} s, pre-edit scores {pre})"
+    )
+    if results_path is not None:
+        console.print(f"results: {results_path}")
+    for plot in plots or []:
+        console.print(f"plot: {plot}")
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from knowgic.evaluation.bench import run_benchmark
+
+    try:
+        run_benchmark(
+            model=args.model,
+            editor=args.editor,
+            naive_rows=args.naive_rows,
+            dataset_version=args.dataset_version,
+        )
+    except MemoryError as exc:
+        raise KnowgicError(f"out of memory during the benchmark: {exc}") from None
+    return 0

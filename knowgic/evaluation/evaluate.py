@@ -1,0 +1,231 @@
+"""``evaluate``: one (model, editor, protocol, mode, dataset version) run, end to end.
+
+Stages, each its own module: dataset -> plan -> model -> scorer (pre-edit, cached) -> harness (edits) ->
+outcomes/metrics -> results document. All arguments are checked before the model is loaded, so a typo
+fails in a second with a one-line error instead of after minutes of work.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import knowgic
+from knowgic.editors.base import Editor
+from knowgic.editors.hparams import hparams_sha256, load_hparams
+from knowgic.editors.registry import BUILTIN_EDITORS, resolve_editor
+from knowgic.errors import KnowgicError
+from knowgic.evaluation.harness import MODES, RunScores, run_edits
+from knowgic.evaluation.outcomes import collect_outcomes, compute_counts, compute_metrics, per_edit_records
+from knowgic.evaluation.plan import EvalPlan, build_plan
+from knowgic.evaluation.results import check_writable, environment, finalize, write_results
+from knowgic.models.base import LoadedModel
+from knowgic.scoring.base import Scorer, Scores
+
+DTYPES = ("float32", "bfloat16", "float16")
+# Editors that need no hparams file (their defaults are complete).
+_HPARAMS_OPTIONAL = {"none", "ice"}
+
+
+@dataclass
+class EvaluationRequest:
+    model: str
+    editor: str
+    hparams_path: str | None = None
+    protocol: str = "logprob"
+    protocol_overrides: dict[str, Any] = field(default_factory=dict)
+    mode: str = "independent"
+    dataset_version: str | None = None
+    limit: int | None = None
+    seed: int = 0
+    dtype: str = "float32"
+    device: str = "auto"
+    out_dir: Path | None = None
+    use_cache: bool = True
+
+
+@dataclass
+class EvaluationRun:
+    """Everything a run produced: the results document plus the in-memory pieces (for plots and tests)."""
+
+    document: dict[str, Any]
+    plan: EvalPlan
+    scores: RunScores
+    results_path: Path | None = None
+    plot_paths: list[Path] = field(default_factory=list)
+
+
+def check_request(request: EvaluationRequest) -> type[Editor]:
+    """Validate everything that does not need the model; return the editor class."""
+    from knowgic.dataset.versions import version_dir
+    from knowgic.scoring import make_scorer
+
+    if request.mode not in MODES:
+        raise KnowgicError(f"unknown mode {request.mode!r}; known: {', '.join(MODES)}")
+    if request.dtype not in DTYPES:
+        raise KnowgicError(f"unknown dtype {request.dtype!r}; known: {', '.join(DTYPES)}")
+    if request.limit is not None and request.limit < 1:
+        raise KnowgicError(f"--limit must be a positive number of edits, got {request.limit}")
+    make_scorer(request.protocol, **request.protocol_overrides)  # unknown protocol/params fail here
+    version_dir(request.dataset_version)  # unknown version fails here
+    editor_cls = resolve_editor(request.editor)
+    if request.hparams_path is not None and not Path(request.hparams_path).is_file():
+        raise KnowgicError(f"hparams file {request.hparams_path} does not exist")
+    if request.out_dir is not None:
+        check_writable(request.out_dir)
+    return editor_cls
+
+
+def editor_method_name(name: str, editor_cls: type[Editor]) -> str:
+    """The hparams folder / schema name: the built-in name, else the class's ``name``."""
+    return name if name in BUILTIN_EDITORS else editor_cls.name
+
+
+def make_editor(
+    request: EvaluationRequest, editor_cls: type[Editor], loaded: LoadedModel
+) -> tuple[Editor, dict[str, Any], str | None]:
+    method = editor_method_name(request.editor, editor_cls)
+    hparams, source = load_hparams(
+        method,
+        loaded.model_id,
+        loaded.family,
+        path=request.hparams_path,
+        editor_schema=editor_cls.hparams_schema,
+        required=method not in _HPARAMS_OPTIONAL and request.editor in BUILTIN_EDITORS,
+    )
+    try:
+        editor = editor_cls(hparams)
+    except KnowgicError:
+        raise
+    except Exception as exc:
+        raise KnowgicError(
+            f"editor {request.editor!r} rejected its hparams: {type(exc).__name__}: {exc}"
+        ) from exc
+    return editor, hparams, source
+
+
+def pre_edit_scores(
+    scorer: Scorer,
+    loaded: LoadedModel,
+    plan: EvalPlan,
+    dataset_sha256: str,
+    use_cache: bool,
+) -> tuple[Scores, bool, float]:
+    """The unedited model's scores of every plan query, from the on-disk cache when present."""
+    from knowgic.scoring.cache import ScoreCache, queries_sha256
+
+    cache = ScoreCache() if use_cache else None
+    key = None
+    if cache is not None:
+        key = cache.key(
+            loaded.revision, scorer.protocol, scorer.params, dataset_sha256, queries_sha256(plan.queries)
+        )
+        cached = cache.get(key)
+        if cached is not None and len(cached) == len(plan.queries):
+            return cached, True, 0.0
+    start = time.perf_counter()
+    scores = scorer.score(loaded.model, loaded.tokenizer, plan.queries)
+    seconds = time.perf_counter() - start
+    if cache is not None and key is not None:
+        cache.put(key, scores)
+    return scores, False, seconds
+
+
+def evaluate(
+    request: EvaluationRequest, progress: bool = True, loaded: LoadedModel | None = None
+) -> EvaluationRun:
+    """Run one evaluation and (when ``request.out_dir`` is set) write ``results.json`` and plots there."""
+    from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
+    from knowgic.models.loading import load_model
+    from knowgic.scoring import make_scorer
+
+    editor_cls = check_request(request)
+    started = time.perf_counter()
+    ref = dataset_ref(request.dataset_version, config="chains")
+    cases = load_cases(ref.version)
+    plan = build_plan(cases, load_aliases(ref.version), limit=request.limit)
+
+    load_start = time.perf_counter()
+    if loaded is None:
+        loaded = load_model(request.model, dtype=request.dtype, device=request.device, progress=progress)
+    load_seconds = time.perf_counter() - load_start
+    # Editors key cached statistics by this (see knowgic.editors.layer_stats).
+    loaded.model.config._knowgic_revision = loaded.revision
+
+    overrides = dict(request.protocol_overrides)
+    if request.protocol == "generate":
+        overrides.setdefault("seed", request.seed)
+    if request.protocol in ("generate", "greedy"):
+        overrides.setdefault("chat", loaded.is_chat)
+    scorer = make_scorer(request.protocol, **overrides)
+    editor, hparams, hparams_source = make_editor(request, editor_cls, loaded)
+
+    pre, pre_cached, pre_seconds = pre_edit_scores(scorer, loaded, plan, ref.sha256, request.use_cache)
+    torch.manual_seed(request.seed)
+    run = run_edits(
+        loaded.model, loaded.tokenizer, editor, scorer, plan, pre, mode=request.mode, progress=progress
+    )
+    run.pre_from_cache, run.pre_scoring_seconds = pre_cached, pre_seconds
+
+    outcomes = collect_outcomes(plan, run)
+    document: dict[str, Any] = {
+        "schema_version": "1.0",
+        "knowgic_version": knowgic.__version__,
+        "created_at": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
+        "dataset": asdict(ref),
+        "config": {
+            "model": loaded.model_id,
+            "model_revision": loaded.revision,
+            "model_family": loaded.family,
+            "editor": request.editor,
+            "editor_class": f"{editor_cls.__module__}:{editor_cls.__qualname__}",
+            "hparams": hparams,
+            "hparams_source": _display_path(hparams_source),
+            "hparams_sha256": hparams_sha256(hparams),
+            "protocol": scorer.protocol,
+            "protocol_params": dict(scorer.params),
+            "mode": request.mode,
+            "seed": request.seed,
+            "dtype": loaded.dtype,
+            "device": loaded.device,
+            "limit": request.limit,
+        },
+        "environment": environment(),
+        "metrics": compute_metrics(outcomes),
+        "counts": compute_counts(plan, outcomes),
+        "per_edit": per_edit_records(plan, outcomes, run),
+        "chains": [asdict(c) for c in outcomes.chains],
+        "timing": {
+            "total_seconds": time.perf_counter() - started,
+            "load_seconds": load_seconds,
+            "pre_scoring_seconds": pre_seconds,
+            "pre_scores_cached": pre_cached,
+            "edit_seconds": sum(run.edit_seconds.values()),
+            "scoring_seconds": run.scoring_seconds,
+        },
+    }
+    finalize(document)
+    result = EvaluationRun(document=document, plan=plan, scores=run)
+    if request.out_dir is not None:
+        from knowgic.evaluation.plots import write_plots
+
+        result.plot_paths = write_plots(document, request.out_dir)
+        result.results_path = write_results(document, request.out_dir)
+    return result
+
+
+def _display_path(path: str | None) -> str | None:
+    """Hparams shipped in the package are recorded relative to it, so results don't leak local paths."""
+    if path is None:
+        return None
+    resolved = Path(path).resolve()
+    package = Path(knowgic.__file__).resolve().parent
+    try:
+        return "knowgic/" + str(resolved.relative_to(package))
+    except ValueError:
+        return str(path)

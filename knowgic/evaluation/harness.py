@@ -1,0 +1,158 @@
+"""The evaluation loop: score the unedited model once, apply each edit, score what it needs, restore.
+
+``independent`` mode applies every edit to the pristine model and restores it before the next, checking
+with a parameter fingerprint that the restore was exact. ``sequential`` mode applies the edits one after
+another in dataset order and scores every edit's queries once at the end, then restores them all.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from knowgic.editors.base import EditHandle, Editor
+from knowgic.errors import KnowgicError
+from knowgic.evaluation.fingerprint import assert_restored, fingerprint
+from knowgic.evaluation.plan import EvalPlan
+from knowgic.scoring.base import Query, Scorer, Scores
+
+MODES = ("independent", "sequential")
+
+
+@dataclass
+class PostScores:
+    """Post-edit scores of the queries ``indices`` (indices into ``EvalPlan.queries``)."""
+
+    indices: np.ndarray
+    scores: Scores
+
+    def lookup(self) -> dict[int, tuple[float, bool]]:
+        return {
+            int(i): (float(p), bool(k))
+            for i, p, k in zip(self.indices, self.scores.p, self.scores.known, strict=True)
+        }
+
+
+@dataclass
+class RunScores:
+    pre: Scores
+    post: dict[str, PostScores]
+    edit_info: dict[str, dict[str, Any]] = field(default_factory=dict)
+    edit_seconds: dict[str, float] = field(default_factory=dict)
+    scoring_seconds: float = 0.0
+    pre_scoring_seconds: float = 0.0
+    pre_from_cache: bool = False
+
+
+def _score_subset(
+    scorer: Scorer,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    queries: Sequence[Query],
+    indices: Sequence[int],
+    prefix: str,
+) -> PostScores:
+    idx = np.asarray(indices, dtype=np.int64)
+    scores = scorer.score(model, tokenizer, [queries[i] for i in idx], prefix=prefix)
+    return PostScores(indices=idx, scores=scores)
+
+
+def _apply(editor: Editor, model: torch.nn.Module, tokenizer: Any, plan_edit: Any) -> EditHandle:
+    try:
+        handle = editor.apply(model, tokenizer, [plan_edit.request])
+    except KnowgicError:
+        raise
+    except Exception as exc:  # a user's editor failing must say which edit, not just crash
+        raise KnowgicError(
+            f"editor {editor.name!r} failed on edit {plan_edit.edit_id} "
+            f"({plan_edit.request.rewrite_text!r} -> {plan_edit.request.target_new!r}): "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(handle, EditHandle):
+        raise KnowgicError(
+            f"editor {editor.name!r}.apply returned {type(handle).__name__}, expected knowgic.editors.EditHandle"
+        )
+    return handle
+
+
+def run_edits(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    editor: Editor,
+    scorer: Scorer,
+    plan: EvalPlan,
+    pre: Scores,
+    mode: str = "independent",
+    progress: bool = True,
+    on_edit: Callable[[str, dict[str, Any]], None] | None = None,
+) -> RunScores:
+    """Apply the plan's edits in ``mode`` and score each edit's queries after it.
+
+    ``pre`` are the unedited model's scores of ``plan.queries`` (computed or cached by the caller).
+    """
+    if mode not in MODES:
+        raise KnowgicError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
+    run = RunScores(pre=pre, post={})
+    stamps = fingerprint(model)
+    bar = tqdm(plan.edits, desc=f"{editor.name} ({mode})", unit="edit", disable=not progress)
+
+    if mode == "independent":
+        for edit in bar:
+            editor.reset()
+            start = time.perf_counter()
+            handle = _apply(editor, model, tokenizer, edit)
+            applied = time.perf_counter()
+            try:
+                run.post[edit.edit_id] = _score_subset(
+                    scorer, model, tokenizer, plan.queries, edit.post_queries, handle.prompt_prefix
+                )
+            finally:
+                scored = time.perf_counter()
+                handle.restore()
+            run.edit_seconds[edit.edit_id] = (applied - start) + (time.perf_counter() - scored)
+            run.scoring_seconds += scored - applied
+            run.edit_info[edit.edit_id] = dict(handle.info)
+            stamps = assert_restored(model, stamps, editor.name)
+            if on_edit is not None:
+                on_edit(edit.edit_id, run.edit_info[edit.edit_id])
+        editor.reset()
+        return run
+
+    # sequential: every edit on top of the previous ones, scored once at the end.
+    editor.reset()
+    handles: list[EditHandle] = []
+    try:
+        for edit in bar:
+            start = time.perf_counter()
+            handles.append(_apply(editor, model, tokenizer, edit))
+            run.edit_seconds[edit.edit_id] = time.perf_counter() - start
+            run.edit_info[edit.edit_id] = dict(handles[-1].info)
+        prefix = "".join(h.prompt_prefix for h in handles)
+        needed = sorted({i for edit in plan.edits for i in edit.post_queries})
+        start = time.perf_counter()
+        union = _score_subset(scorer, model, tokenizer, plan.queries, needed, prefix)
+        run.scoring_seconds = time.perf_counter() - start
+        position = {int(q): k for k, q in enumerate(union.indices)}
+        for edit in plan.edits:
+            rows = np.asarray([position[i] for i in edit.post_queries], dtype=np.int64)
+            run.post[edit.edit_id] = PostScores(
+                indices=np.asarray(edit.post_queries, dtype=np.int64),
+                scores=Scores(p=union.scores.p[rows], known=union.scores.known[rows]),
+            )
+    finally:
+        start = time.perf_counter()
+        for handle in reversed(handles):
+            handle.restore()
+        if handles:
+            share = (time.perf_counter() - start) / len(handles)
+            for edit_id in run.edit_seconds:
+                run.edit_seconds[edit_id] += share
+    assert_restored(model, stamps, editor.name)
+    editor.reset()
+    return run

@@ -1,0 +1,177 @@
+"""From raw pre/post scores to the metric records of :mod:`knowgic.metrics`, and the metrics themselves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from knowgic import metrics as M
+from knowgic.evaluation.harness import RunScores
+from knowgic.evaluation.plan import EditPlan, EvalPlan
+
+
+@dataclass
+class Outcomes:
+    chains: list[M.ChainOutcome]
+    preservation: list[M.PreservationPair]
+    rewrite: list[M.TargetOutcome]
+    question: list[M.TargetOutcome]
+    neighbours: list[M.NeighbourOutcome]
+
+
+def collect_outcomes(plan: EvalPlan, run: RunScores) -> Outcomes:
+    pre_p, pre_known = run.pre.p, run.pre.known
+    out = Outcomes(chains=[], preservation=[], rewrite=[], question=[], neighbours=[])
+    for edit in plan.edits:
+        post = run.post[edit.edit_id].lookup()
+        for chain in edit.chains:
+            steps = chain.step_queries
+            out.chains.append(
+                M.ChainOutcome(
+                    case_id=chain.case_id,
+                    edit_id=edit.edit_id,
+                    length=len(steps),
+                    active=M.chain_is_active(bool(pre_known[i]) for i in steps),
+                    r_pre=M.chain_reliability(float(pre_p[i]) for i in steps),
+                    r_post=M.chain_reliability(post[i][0] for i in steps),
+                )
+            )
+        for fact in edit.broader:
+            out.preservation.append(
+                M.PreservationPair(
+                    edit_id=edit.edit_id,
+                    fact=fact.fact,
+                    p_pre=float(pre_p[fact.query]),
+                    p_post=post[fact.query][0],
+                    known_pre=bool(pre_known[fact.query]),
+                )
+            )
+        out.rewrite.append(
+            M.TargetOutcome(edit.edit_id, post[edit.rewrite.new_query][0], post[edit.rewrite.true_query][0])
+        )
+        if edit.question is not None:
+            out.question.append(
+                M.TargetOutcome(
+                    edit.edit_id, post[edit.question.new_query][0], post[edit.question.true_query][0]
+                )
+            )
+        for n in edit.neighbours:
+            out.neighbours.append(
+                M.NeighbourOutcome(
+                    edit_id=edit.edit_id,
+                    fact=n.fact,
+                    p_true_post=post[n.true_query][0],
+                    p_new_post=post[n.new_query][0],
+                    known_pre=bool(pre_known[n.true_query]),
+                )
+            )
+    return out
+
+
+def metric_entry(value: M.MetricValue) -> dict[str, Any]:
+    entry: dict[str, Any] = {"value": value.value, "n": value.n}
+    if value.value is None:
+        entry["reason"] = value.reason
+    return entry
+
+
+def compute_metrics(out: Outcomes) -> dict[str, Any]:
+    """All headline metrics as ``{"value", "n", "reason"?}`` entries (``ifr_by_length`` maps "1".."5")."""
+    ifr = M.indirect_fact_recovery(out.chains)
+    pres = M.preservation(out.preservation)
+    eff = M.efficacy(out.rewrite)
+    spec = M.specificity(out.neighbours)
+    return {
+        "ifr": metric_entry(ifr),
+        "ifr_uncapped": metric_entry(M.indirect_fact_recovery(out.chains, capped=False)),
+        "ifr_by_length": {k: metric_entry(v) for k, v in M.ifr_by_length(out.chains).items()},
+        "preservation": metric_entry(pres),
+        "preservation_macro": metric_entry(M.preservation_macro(out.preservation)),
+        "efficacy": metric_entry(eff),
+        "efficacy_magnitude": metric_entry(M.efficacy_magnitude(out.rewrite)),
+        "generalization": metric_entry(M.generalization(out.question)),
+        "specificity": metric_entry(spec),
+        "deep_editing_score": metric_entry(
+            M.deep_editing_score(ifr.value, pres.value, eff.value, spec.value)
+        ),
+    }
+
+
+def compute_counts(plan: EvalPlan, out: Outcomes) -> dict[str, int]:
+    return {
+        "rows": sum(len(e.chains) for e in plan.edits),
+        "chains": len(out.chains),
+        "active_chains": sum(c.active for c in out.chains),
+        "recoverable_chains": M.recoverable_chains(out.chains),
+        "edits": len(plan.edits),
+        "preservation_facts": len(out.preservation),
+        "preservation_facts_known": sum(p.known_pre for p in out.preservation),
+        "specificity_facts": len(out.neighbours),
+        "specificity_facts_known": sum(n.known_pre for n in out.neighbours),
+        "generalization_edits": len(out.question),
+        "distinct_queries": len(plan.queries),
+    }
+
+
+def per_edit_records(plan: EvalPlan, out: Outcomes, run: RunScores) -> list[dict[str, Any]]:
+    """One record per edit with its own metrics, for the per-edit table and plots."""
+    records = []
+    for edit in plan.edits:
+        chains = [c for c in out.chains if c.edit_id == edit.edit_id]
+        pairs = [p for p in out.preservation if p.edit_id == edit.edit_id]
+        rewrite = [o for o in out.rewrite if o.edit_id == edit.edit_id]
+        question = [o for o in out.question if o.edit_id == edit.edit_id]
+        neighbours = [n for n in out.neighbours if n.edit_id == edit.edit_id]
+        records.append(_edit_record(edit, chains, pairs, rewrite, question, neighbours, run))
+    return records
+
+
+def _edit_record(
+    edit: EditPlan,
+    chains: list[M.ChainOutcome],
+    pairs: list[M.PreservationPair],
+    rewrite: list[M.TargetOutcome],
+    question: list[M.TargetOutcome],
+    neighbours: list[M.NeighbourOutcome],
+    run: RunScores,
+) -> dict[str, Any]:
+    r = edit.request
+    return {
+        "edit_id": edit.edit_id,
+        "subject": r.subject,
+        "prompt": r.prompt,
+        "target_true": r.target_true,
+        "target_new": r.target_new,
+        "case_ids": list(edit.case_ids),
+        "chains": len(chains),
+        "active_chains": sum(c.active for c in chains),
+        "ifr": M.indirect_fact_recovery(chains).value,
+        "preservation": M.preservation(pairs).value,
+        "preservation_facts_known": sum(p.known_pre for p in pairs),
+        "p_new": rewrite[0].p_new,
+        "p_true": rewrite[0].p_true,
+        "efficacy": float(rewrite[0].p_new > rewrite[0].p_true),
+        "generalization": (float(question[0].p_new > question[0].p_true) if question else None),
+        "specificity": M.specificity(neighbours).value,
+        "neighbourhood": edit.neighbourhood_kind,
+        "neighbours": len(neighbours),
+        "seconds": run.edit_seconds.get(edit.edit_id),
+        "info": _jsonable(run.edit_info.get(edit.edit_id, {})),
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    """Editor diagnostics as JSON: numbers, strings, lists and dicts; tensors and others as strings/floats."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return number if number == number and abs(number) != float("inf") else None

@@ -1,0 +1,298 @@
+"""From dataset rows to an evaluation plan: the distinct edits and the queries each must score.
+
+Rows are grouped by distinct edit request, so each edit is applied (and restored) once, not once per row.
+Every distinct query gets one index in ``EvalPlan.queries``; an edit lists the indices it needs after the
+edit, so post-edit scoring scores each distinct query once per edit.
+
+Decisions (documented in docs/metrics.md):
+- A step is the cloze query ``prompts[i].format(subjects[i])`` -> ``answers[i]`` (its question is used by
+  the generation protocols); answers are scored together with their aliases (max over them).
+- ``n_gold`` of a (subject, prompt) is the number of distinct answers the whole dataset version lists for
+  it; ``--limit`` never changes it.
+- Broader-context facts of an edit: the distinct facts of the broader-context blocks of all its rows.
+- The edit's question form (Generalization): the first step, preferring one-step chains, whose subject is
+  the edit's subject and whose answer is its ``target_true`` (case-insensitive); scored as
+  ``"Q: <question>\\nA:"``. Edits without one are left out of Generalization.
+- Neighbourhood (Specificity): facts of the version with the edit's prompt and another subject; where
+  there are none, up to ``fallback_neighbours`` facts of the other edits' graphs, chosen by a hash so the
+  choice is deterministic. Facts that are themselves edited by an evaluated request, and facts whose
+  answer is the edit's ``target_new``, are never neighbours.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from knowgic.records import Case, EditRequest, Fact
+from knowgic.scoring.base import Query
+
+QUESTION_CLOZE = "Q: {}\nA:"
+"""How a question is posed to a base model under ``logprob`` (same form as the generate protocol's)."""
+
+
+@dataclass(frozen=True)
+class ChainPlan:
+    case_id: int
+    step_queries: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class FactPlan:
+    """A fact scored through query ``query`` (its true answer)."""
+
+    fact: tuple[str, str, str]
+    query: int
+
+
+@dataclass(frozen=True)
+class NeighbourPlan:
+    fact: tuple[str, str, str]
+    true_query: int
+    new_query: int
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    """The same prompt scored with the true and with the new target."""
+
+    true_query: int
+    new_query: int
+    text: str
+
+
+@dataclass
+class EditPlan:
+    request: EditRequest
+    case_ids: tuple[int, ...]
+    chains: list[ChainPlan]
+    broader: list[FactPlan]
+    rewrite: TargetPlan
+    question: TargetPlan | None
+    neighbours: list[NeighbourPlan]
+    neighbourhood_kind: str  # "same-relation" | "other-graphs" | "none"
+
+    @property
+    def edit_id(self) -> str:
+        return self.request.edit_id
+
+    @property
+    def post_queries(self) -> tuple[int, ...]:
+        """Every query index this edit needs scored after the edit, sorted and distinct."""
+        needed: set[int] = {self.rewrite.true_query, self.rewrite.new_query}
+        if self.question is not None:
+            needed |= {self.question.true_query, self.question.new_query}
+        for chain in self.chains:
+            needed.update(chain.step_queries)
+        needed.update(f.query for f in self.broader)
+        for n in self.neighbours:
+            needed |= {n.true_query, n.new_query}
+        return tuple(sorted(needed))
+
+
+@dataclass
+class EvalPlan:
+    queries: list[Query]
+    edits: list[EditPlan]
+    total_rows: int
+    info: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def n_chains(self) -> int:
+        return sum(len(e.chains) for e in self.edits)
+
+
+class _QueryIndex:
+    """Interns queries so that each distinct query has one index."""
+
+    def __init__(self) -> None:
+        self.queries: list[Query] = []
+        self._index: dict[Query, int] = {}
+
+    def add(self, query: Query) -> int:
+        idx = self._index.get(query)
+        if idx is None:
+            idx = len(self.queries)
+            self._index[query] = idx
+            self.queries.append(query)
+        return idx
+
+
+def _alias_lookup(aliases: Mapping[str, Sequence[str]]) -> dict[str, tuple[str, ...]]:
+    folded: dict[str, tuple[str, ...]] = {}
+    for name, names in aliases.items():
+        folded.setdefault(name.casefold(), tuple(names))
+    return folded
+
+
+def answer_forms(
+    answer: str, aliases: Mapping[str, Sequence[str]], folded: Mapping[str, tuple[str, ...]]
+) -> tuple[str, ...]:
+    """The answer followed by its aliases (exact name first, then a case-insensitive match), distinct."""
+    extra = aliases.get(answer)
+    if extra is None:
+        extra = folded.get(answer.casefold(), ())
+    forms: list[str] = [answer]
+    for alias in extra:
+        if alias and alias not in forms:
+            forms.append(alias)
+    return tuple(forms)
+
+
+def _all_facts(cases: Sequence[Case]) -> list[Fact]:
+    """Distinct facts of the version in dataset order (chain steps, then broader context, row by row)."""
+    seen: dict[tuple[str, str, str], Fact] = {}
+    for case in cases:
+        for block in (case.chain, case.broader_context):
+            for fact in block.facts:
+                seen.setdefault(fact.key, fact)
+    return list(seen.values())
+
+
+def _question_form(request: EditRequest, rows: Sequence[Case]) -> str | None:
+    target = request.target_true.casefold()
+    ordered = sorted(rows, key=lambda c: (len(c.chain) != 1, c.case_id))
+    for case in ordered:
+        for block in (case.chain, case.broader_context):
+            for fact in block.facts:
+                if fact.subject == request.subject and fact.answer.casefold() == target and fact.question:
+                    return fact.question
+    return None
+
+
+def _stable_rank(edit_id: str, fact: tuple[str, str, str]) -> str:
+    return hashlib.sha256("\x1f".join((edit_id, *fact)).encode("utf-8")).hexdigest()
+
+
+def build_plan(
+    cases: Sequence[Case],
+    aliases: Mapping[str, Sequence[str]],
+    limit: int | None = None,
+    fallback_neighbours: int = 10,
+) -> EvalPlan:
+    """Group ``cases`` by edit request (dataset order) and intern every query the metrics need.
+
+    ``limit`` keeps the first ``limit`` distinct edits; ``n_gold`` and neighbourhoods still come from
+    the whole version.
+    """
+    folded = _alias_lookup(aliases)
+    index = _QueryIndex()
+    facts = _all_facts(cases)
+    answers_of: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for fact in facts:
+        answers_of[(fact.subject, fact.prompt)].add(fact.answer)
+    question_of = {fact.key: fact.question for fact in facts}
+
+    rows_by_edit: dict[EditRequest, list[Case]] = {}
+    for case in cases:
+        rows_by_edit.setdefault(case.request, []).append(case)
+    requests = list(rows_by_edit)
+    if limit is not None:
+        requests = requests[:limit]
+    edited_pairs = {(r.subject, r.prompt) for r in requests}
+
+    def fact_query(subject: str, prompt: str, answer: str) -> int:
+        n_gold = max(1, len(answers_of.get((subject, prompt), ())))
+        return index.add(
+            Query(
+                prompt=prompt,
+                subject=subject,
+                answers=answer_forms(answer, aliases, folded),
+                question=question_of.get((subject, prompt, answer), ""),
+                n_gold=n_gold,
+            )
+        )
+
+    def target_plan(prompt: str, subject: str, request: EditRequest, question: str = "") -> TargetPlan:
+        true_q = index.add(
+            Query(prompt, subject, answer_forms(request.target_true, aliases, folded), question=question)
+        )
+        new_q = index.add(
+            Query(prompt, subject, answer_forms(request.target_new, aliases, folded), question=question)
+        )
+        return TargetPlan(true_query=true_q, new_query=new_q, text=prompt.format(subject))
+
+    graph_facts: dict[EditRequest, list[Fact]] = {}
+    for request, rows in rows_by_edit.items():
+        seen: dict[tuple[str, str, str], Fact] = {}
+        for case in rows:
+            for block in (case.chain, case.broader_context):
+                for fact in block.facts:
+                    seen.setdefault(fact.key, fact)
+        graph_facts[request] = list(seen.values())
+
+    edits: list[EditPlan] = []
+    for request in requests:
+        rows = rows_by_edit[request]
+        chains = [
+            ChainPlan(
+                case_id=case.case_id,
+                step_queries=tuple(fact_query(f.subject, f.prompt, f.answer) for f in case.chain.facts),
+            )
+            for case in rows
+        ]
+        broader_keys: dict[tuple[str, str, str], None] = {}
+        for case in rows:
+            for fact in case.broader_context.facts:
+                broader_keys.setdefault(fact.key)
+        broader = [FactPlan(fact=key, query=fact_query(*key)) for key in broader_keys]
+
+        rewrite = target_plan(request.prompt, request.subject, request)
+        question_text = _question_form(request, rows)
+        question = (
+            target_plan(QUESTION_CLOZE, question_text, request, question=question_text)
+            if question_text
+            else None
+        )
+
+        def eligible(fact: Fact, request: EditRequest = request) -> bool:
+            return (
+                fact.subject != request.subject
+                and (fact.subject, fact.prompt) not in edited_pairs
+                and fact.answer.casefold() != request.target_new.casefold()
+            )
+
+        same_relation = [f for f in facts if f.prompt == request.prompt and eligible(f)]
+        kind = "same-relation"
+        chosen = same_relation
+        if not same_relation:
+            others = {
+                f.key: f for other, fs in graph_facts.items() if other != request for f in fs if eligible(f)
+            }
+            ranked = sorted(others.values(), key=lambda f: _stable_rank(request.edit_id, f.key))
+            chosen = ranked[:fallback_neighbours]
+            kind = "other-graphs" if chosen else "none"
+        neighbours = []
+        for fact in chosen:
+            true_q = fact_query(fact.subject, fact.prompt, fact.answer)
+            new_q = index.add(
+                Query(
+                    fact.prompt,
+                    fact.subject,
+                    answer_forms(request.target_new, aliases, folded),
+                    question=fact.question,
+                    n_gold=index.queries[true_q].n_gold,
+                )
+            )
+            neighbours.append(NeighbourPlan(fact=fact.key, true_query=true_q, new_query=new_q))
+
+        edits.append(
+            EditPlan(
+                request=request,
+                case_ids=tuple(c.case_id for c in rows),
+                chains=chains,
+                broader=broader,
+                rewrite=rewrite,
+                question=question,
+                neighbours=neighbours,
+                neighbourhood_kind=kind,
+            )
+        )
+    return EvalPlan(
+        queries=index.queries,
+        edits=edits,
+        total_rows=len(cases),
+        info={"distinct_edits_in_version": len(rows_by_edit), "distinct_facts_in_version": len(facts)},
+    )
