@@ -206,11 +206,14 @@ def build_plan(
         )
 
     def target_plan(prompt: str, subject: str, request: EditRequest, question: str = "") -> TargetPlan:
-        true_q = index.add(
-            Query(prompt, subject, answer_forms(request.target_true, aliases, folded), question=question)
-        )
-        new_q = index.add(
-            Query(prompt, subject, answer_forms(request.target_new, aliases, folded), question=question)
+        n_gold = max(1, len(answers_of.get((subject, prompt), ())))
+        true_q, new_q = (
+            index.add(
+                Query(
+                    prompt, subject, answer_forms(target, aliases, folded), question=question, n_gold=n_gold
+                )
+            )
+            for target in (request.target_true, request.target_new)
         )
         return TargetPlan(true_query=true_q, new_query=new_q, text=prompt.format(subject))
 
