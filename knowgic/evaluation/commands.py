@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from knowgic.errors import KnowgicError
+from knowgic.evaluation import BASELINES
 
 _HEADLINE = (
     ("ifr", "IFR", "lower"),
@@ -85,6 +86,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the results document instead of the table")
     p.set_defaults(func=run_evaluate)
+
+    s = subparsers.add_parser(
+        "sweep",
+        help="run several editors on one model and print a Markdown table of their metrics",
+        description="Evaluate several editors on one model (loaded once); writes DIR/<editor>/ and DIR/summary.md.",
+    )
+    s.add_argument("--model", default="knowgic-tiny")
+    s.add_argument(
+        "--editors",
+        default=",".join(BASELINES),
+        help=f"comma-separated editors (default: {','.join(BASELINES)})",
+    )
+    s.add_argument("--protocol", default="logprob")
+    s.add_argument("--mode", default="independent")
+    s.add_argument("--dataset-version")
+    s.add_argument("--limit", type=_positive_int)
+    s.add_argument("--dtype", default="float32")
+    s.add_argument("--device", default="auto")
+    s.add_argument("--out", type=Path, required=True)
+    s.set_defaults(func=run_sweep_command)
 
     b = subparsers.add_parser(
         "bench",
@@ -180,6 +201,26 @@ def print_results(
         console.print(f"results: {results_path}")
     for plot in plots or []:
         console.print(f"plot: {plot}")
+
+
+def run_sweep_command(args: argparse.Namespace) -> int:
+    from knowgic.evaluation.sweep import run_sweep
+
+    editors = [e.strip() for e in args.editors.split(",") if e.strip()]
+    _, table = run_sweep(
+        model=args.model,
+        editors=editors,
+        out_dir=args.out,
+        protocol=args.protocol,
+        mode=args.mode,
+        dataset_version=args.dataset_version,
+        limit=args.limit,
+        dtype=args.dtype,
+        device=args.device,
+        progress=sys.stderr.isatty(),
+    )
+    print(table)
+    return 0
 
 
 def run_bench(args: argparse.Namespace) -> int:

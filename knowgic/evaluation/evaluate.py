@@ -17,7 +17,7 @@ import torch
 
 import knowgic
 from knowgic.editors.base import Editor
-from knowgic.editors.hparams import hparams_sha256, load_hparams
+from knowgic.editors.hparams import hparams_sha256, load_hparams, read_hparams_file, validate_hparams
 from knowgic.editors.registry import BUILTIN_EDITORS, resolve_editor
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.harness import MODES, RunScores, run_edits
@@ -74,8 +74,15 @@ def check_request(request: EvaluationRequest) -> type[Editor]:
     make_scorer(request.protocol, **request.protocol_overrides)  # unknown protocol/params fail here
     version_dir(request.dataset_version)  # unknown version fails here
     editor_cls = resolve_editor(request.editor)
-    if request.hparams_path is not None and not Path(request.hparams_path).is_file():
-        raise KnowgicError(f"hparams file {request.hparams_path} does not exist")
+    if request.hparams_path is not None:
+        # A malformed file fails now, not after the model has loaded.
+        path = Path(request.hparams_path)
+        validate_hparams(
+            read_hparams_file(path),
+            editor_method_name(request.editor, editor_cls),
+            str(path),
+            editor_cls.hparams_schema,
+        )
     if request.out_dir is not None:
         check_writable(request.out_dir)
     return editor_cls

@@ -1,0 +1,100 @@
+"""``knowgic sweep``: several editors on one model, one results folder each, and one Markdown table."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from knowgic.errors import KnowgicError
+from knowgic.evaluation.evaluate import EvaluationRequest, check_request, evaluate
+from knowgic.evaluation.results import check_writable, write_atomic
+
+
+def _cell(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def summary_table(documents: Sequence[Mapping[str, Any]]) -> str:
+    """A Markdown table: one row per run with the headline metrics, IFR by length and seconds per edit."""
+    header = (
+        "| editor | IFR ↓ | IFR n=1 | n=2 | n=3 | n=4 | n=5 | Pres. ↑ | Eff. ↑ | Gen. ↑ | Spec. ↑ "
+        "| deep ↑ | active chains | s/edit |"
+    )
+    lines = [header, "|" + "---|" * 14]
+    for doc in documents:
+        m, c = doc["metrics"], doc["counts"]
+        by_length = [_cell(m["ifr_by_length"][str(n)]["value"]) for n in range(1, 6)]
+        seconds = doc["timing"]["edit_seconds"] / max(1, c["edits"])
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    doc["config"]["editor"],
+                    _cell(m["ifr"]["value"]),
+                    *by_length,
+                    _cell(m["preservation"]["value"]),
+                    _cell(m["efficacy"]["value"]),
+                    _cell(m["generalization"]["value"]),
+                    _cell(m["specificity"]["value"]),
+                    _cell(m["deep_editing_score"]["value"]),
+                    f"{c['active_chains']}/{c['chains']}",
+                    f"{seconds:.2f}",
+                ]
+            )
+            + " |"
+        )
+    first = documents[0] if documents else None
+    if first is not None:
+        cfg = first["config"]
+        lines.append("")
+        lines.append(
+            f"Model `{cfg['model']}` ({cfg['dtype']}, {cfg['device']}), KnowGIC {first['dataset']['version']}, "
+            f"protocol `{cfg['protocol']}`, mode `{cfg['mode']}`, seed {cfg['seed']}."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run_sweep(
+    model: str,
+    editors: Sequence[str],
+    out_dir: Path,
+    protocol: str = "logprob",
+    mode: str = "independent",
+    dataset_version: str | None = None,
+    limit: int | None = None,
+    dtype: str = "float32",
+    device: str = "auto",
+    progress: bool = True,
+) -> tuple[list[dict[str, Any]], str]:
+    from knowgic.models.loading import load_model
+
+    if not editors:
+        raise KnowgicError("no editors given")
+    check_writable(out_dir)
+    requests = [
+        EvaluationRequest(
+            model=model,
+            editor=editor,
+            protocol=protocol,
+            mode=mode,
+            dataset_version=dataset_version,
+            limit=limit,
+            dtype=dtype,
+            device=device,
+            out_dir=out_dir / editor.replace(":", "_").replace("/", "_"),
+        )
+        for editor in editors
+    ]
+    for request in requests:  # every editor name is checked before anything runs
+        check_request(request)
+    loaded = load_model(model, dtype=dtype, device=device, progress=progress)
+    documents = []
+    start = time.perf_counter()
+    for request in requests:
+        documents.append(evaluate(request, progress=progress, loaded=loaded).document)
+    table = summary_table(documents)
+    table += f"\nSweep wall time: {time.perf_counter() - start:.0f} s.\n"
+    write_atomic(out_dir / "summary.md", table.encode("utf-8"))
+    return documents, table
