@@ -1,0 +1,137 @@
+"""Command-line sub-commands of the dataset stage: ``dataset path|summary``, ``validate``, ``publish``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+
+def _cmd_path(args: argparse.Namespace) -> int:
+    from knowgic.dataset.versions import version_dir
+
+    print(version_dir(args.version))
+    return 0
+
+
+def _cmd_summary(args: argparse.Namespace) -> int:
+    from knowgic.dataset.checks import check_aliases, check_chains
+    from knowgic.dataset.io import alias_lists, read_json
+    from knowgic.dataset.loading import dataset_ref, load_rows
+    from knowgic.dataset.versions import ALIASES_FILE, available_versions, version_dir
+
+    ref = dataset_ref(args.version)
+    chains = load_rows("chains", ref.version)
+    edits = load_rows("edits", ref.version)
+    facts = load_rows("facts", ref.version)
+    aliases = alias_lists(read_json(version_dir(ref.version) / ALIASES_FILE))
+    findings = check_chains(chains) + check_aliases(aliases, chains)
+    lengths = Counter(len(r["chain"]["answers"]) for r in chains)
+    summary: dict[str, Any] = {
+        "version": ref.version,
+        "versions": available_versions(),
+        "folder": str(version_dir(ref.version)),
+        "sha256": ref.sha256,
+        "rows": len(chains),
+        "edits": len(edits),
+        "facts": len(facts),
+        "one_to_many_facts": sum(1 for f in facts if f["n_gold"] > 1),
+        "broader_context_entries": sum(len(r["broader_context"]["answers"]) for r in chains),
+        "alias_entities": len(aliases),
+        "chain_lengths": {str(n): lengths[n] for n in sorted(lengths)},
+        "warnings": {f.code: f.count for f in findings},
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
+        return 0
+    print(f"KnowGIC {ref.version} (available: {', '.join(summary['versions'])})")
+    print(f"  folder:   {summary['folder']}")
+    print(f"  sha256:   {ref.sha256}")
+    print(
+        f"  rows:     {summary['rows']} chains, {summary['edits']} distinct edits, {summary['facts']} facts "
+        f"({summary['one_to_many_facts']} of them one-to-many), "
+        f"{summary['broader_context_entries']} broader-context entries, {summary['alias_entities']} alias entities"
+    )
+    print("  chain lengths: " + ", ".join(f"{n}: {c}" for n, c in summary["chain_lengths"].items()))
+    if findings:
+        print(f"  validation warnings ({len(findings)}):")
+        for f in findings:
+            print(f"    - {f.code} ({f.count})")
+    else:
+        print("  validation warnings: none")
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from knowgic.dataset.validate import validate_path
+
+    report = validate_path(Path(args.path), Path(args.aliases) if args.aliases else None, config=args.config)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        print(report.render_text())
+    return report.exit_code
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from knowgic.dataset.publish import plan_publish, publish
+
+    plan = plan_publish(args.repo_id, args.version)
+    if args.dry_run:
+        print("dry run: nothing is uploaded")
+        print(plan.render())
+        return 0
+    token = args.token or os.environ.get("HF_TOKEN")
+    print(plan.render())
+    oid = publish(plan, token=token)
+    print(f"uploaded {len(plan.files)} files to {plan.repo_id} as commit {oid}, tagged {plan.tag}")
+    print(f'load it with datasets.load_dataset("{plan.repo_id}", revision="{plan.tag}")')
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``dataset``, ``validate`` and ``publish`` to the ``knowgic`` command line."""
+    ds = subparsers.add_parser("dataset", help="where the dataset versions are, and what is in them")
+    ds_sub = ds.add_subparsers(dest="dataset_command", metavar="SUBCOMMAND")
+    ds_sub.required = True
+    p = ds_sub.add_parser(
+        "path", help="print the folder of a dataset version (a Hugging Face dataset folder)"
+    )
+    p.add_argument("--version", default=None, help="X.Y.Z (default: the latest)")
+    p.set_defaults(func=_cmd_path)
+    s = ds_sub.add_parser("summary", help="counts of a dataset version and its validation warnings")
+    s.add_argument("--version", default=None, help="X.Y.Z (default: the latest)")
+    s.add_argument("--json", action="store_true", help="print a JSON object")
+    s.set_defaults(func=_cmd_summary)
+
+    v = subparsers.add_parser(
+        "validate",
+        help="check rows (JSON, JSON Lines, Parquet) or a dataset folder against the schemas",
+        description="Schema errors (exit 1) name the row, the JSON pointer and what was expected; "
+        "semantic findings are warnings (exit 0).",
+    )
+    v.add_argument("path", help="a .json/.jsonl/.parquet file of rows, an alias map, or a dataset folder")
+    v.add_argument("--json", action="store_true", help="print a machine-readable report")
+    v.add_argument(
+        "--aliases", default=None, help="alias map to check the rows against (default: found beside them)"
+    )
+    v.add_argument(
+        "--config", default=None, choices=["chains", "edits", "facts"], help="row kind (default: detected)"
+    )
+    v.set_defaults(func=_cmd_validate)
+
+    pub = subparsers.add_parser(
+        "publish",
+        help="upload a dataset version to the Hugging Face Hub and tag it vX.Y.Z",
+        description="Refuses when the folder's content differs from its recorded hash or the tag exists.",
+    )
+    pub.add_argument("--repo-id", required=True, help="ORG/NAME of the dataset repo")
+    pub.add_argument("--version", required=True, help="X.Y.Z")
+    pub.add_argument("--dry-run", action="store_true", help="print every file and the tag; no network")
+    pub.add_argument(
+        "--token", default=None, help="Hugging Face token (default: $HF_TOKEN or the saved login)"
+    )
+    pub.set_defaults(func=_cmd_publish)

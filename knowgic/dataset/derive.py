@@ -1,0 +1,116 @@
+"""The derived configs, computed from the chains rows (and the alias map) of a version.
+
+- ``edits``: one row per distinct edit request, in order of first appearance, with the ``case_id`` and
+  chain of every row that asks it and the union of their broader contexts (one entry per distinct fact
+  ``(subject, prompt, answer)``, first occurrence kept).
+- ``facts``: one row per distinct atomic fact ``(subject, prompt, answer)`` of the chains and broader
+  contexts, in order of first appearance, with every question that asks it, the answer's aliases, and
+  ``n_gold``: the number of distinct answers the version lists for that ``(subject, prompt)``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from knowgic.dataset.io import short_id
+from knowgic.records import EditRequest
+
+Row = Mapping[str, Any]
+BLOCK_KEYS = ("questions", "answers", "prompts", "subjects")
+
+
+def edit_id(row: Row) -> str:
+    return EditRequest.from_upstream(row["requested_rewrite"][0]).edit_id
+
+
+def fact_id(subject: str, prompt: str, answer: str) -> str:
+    return short_id([subject, prompt, answer])
+
+
+def _empty_block() -> dict[str, list[str]]:
+    return {k: [] for k in BLOCK_KEYS}
+
+
+def _block(chain: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    return {k: list(chain[k]) for k in BLOCK_KEYS}
+
+
+def edit_rows(chains: Sequence[Row]) -> list[dict[str, Any]]:
+    """The ``edits`` config of the given chains rows."""
+    order: list[str] = []
+    by_id: dict[str, dict[str, Any]] = {}
+    seen_facts: dict[str, set[tuple[str, str, str]]] = defaultdict(set)
+    for row in sorted(chains, key=lambda r: r["case_id"]):
+        eid = edit_id(row)
+        if eid not in by_id:
+            order.append(eid)
+            by_id[eid] = {
+                "edit_id": eid,
+                "requested_rewrite": [dict(row["requested_rewrite"][0])],
+                "case_ids": [],
+                "chains": [],
+                "broader_context": _empty_block(),
+            }
+        out = by_id[eid]
+        out["case_ids"].append(row["case_id"])
+        out["chains"].append(_block(row["chain"]))
+        b = row["broader_context"]
+        for q, a, p, s in zip(b["questions"], b["answers"], b["prompts"], b["subjects"], strict=True):
+            if (s, p, a) in seen_facts[eid]:
+                continue
+            seen_facts[eid].add((s, p, a))
+            for key, value in zip(BLOCK_KEYS, (q, a, p, s), strict=True):
+                out["broader_context"][key].append(value)
+    return [by_id[e] for e in order]
+
+
+def aliases_of(name: str, aliases: Mapping[str, Sequence[str]]) -> list[str]:
+    """The distinct aliases of ``name`` (exact entry, else one spelled with other capitals), itself excluded."""
+    names = aliases.get(name)
+    if names is None:
+        folded = name.casefold()
+        names = next((v for k, v in aliases.items() if k.casefold() == folded), ())
+    out: list[str] = []
+    for alias in names:
+        if alias != name and alias not in out:
+            out.append(alias)
+    return out
+
+
+def fact_rows(chains: Sequence[Row], aliases: Mapping[str, Sequence[str]]) -> list[dict[str, Any]]:
+    """The ``facts`` config of the given chains rows and alias map."""
+    facts: dict[tuple[str, str, str], dict[str, Any]] = {}
+    gold: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for row in sorted(chains, key=lambda r: r["case_id"]):
+        eid = edit_id(row)
+        for block_name, counter in (("chain", "n_chain_steps"), ("broader_context", "n_broader")):
+            b = row[block_name]
+            for q, a, p, s in zip(b["questions"], b["answers"], b["prompts"], b["subjects"], strict=True):
+                key = (s, p, a)
+                gold[(s, p)].add(a)
+                fact = facts.get(key)
+                if fact is None:
+                    fact = facts[key] = {
+                        "fact_id": fact_id(s, p, a),
+                        "subject": s,
+                        "prompt": p,
+                        "answer": a,
+                        "questions": [],
+                        "aliases": aliases_of(a, aliases),
+                        "n_gold": 0,
+                        "n_chain_steps": 0,
+                        "n_broader": 0,
+                        "edit_ids": set(),
+                    }
+                if q not in fact["questions"]:
+                    fact["questions"].append(q)
+                fact[counter] += 1
+                fact["edit_ids"].add(eid)
+    out = []
+    for (s, p, _a), fact in facts.items():
+        fact["n_gold"] = len(gold[(s, p)])
+        fact["edit_ids"] = sorted(fact["edit_ids"])
+        out.append(fact)
+    return out

@@ -1,0 +1,602 @@
+"""``knowgic validate``: schema errors and semantic warnings for a file of rows or a dataset folder.
+
+Input: a JSON file (an array of rows, one row, or an alias map), a JSON Lines file, a Parquet file, or a
+Hugging Face dataset folder (``README.md`` card whose YAML ``configs`` name the data files). Rows are
+checked against the config's JSON Schema (``chains`` -> ``case``, ``edits`` -> ``edit``, ``facts`` ->
+``fact``); each error names the row (``case_id``, ``edit_id`` or ``fact_id`` when readable, else the row
+index), the JSON pointer and what was expected. Schema-valid chains rows then get the semantic checks of
+:mod:`knowgic.dataset.checks`, with the alias map found beside the rows (``aliases.json`` or the upstream
+``attributes_with_aliases.json``) or given with ``--aliases``. Errors make the report fail (exit 1);
+warnings do not (exit 0).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema.exceptions import ValidationError
+
+from knowgic.dataset.checks import Finding, check_aliases, check_chains
+from knowgic.dataset.derive import edit_id, edit_rows, fact_id, fact_rows
+from knowgic.dataset.io import (
+    ROW_SUFFIXES,
+    UnreadableInput,
+    alias_lists,
+    canonical_json,
+    file_sha256,
+    is_alias_map,
+    parse_json,
+    read_json,
+    read_rows,
+    read_text,
+)
+from knowgic.dataset.schemas import CONFIG_SCHEMAS, validator, yaml_features
+from knowgic.errors import KnowgicError
+
+ALIAS_FILE_NAMES = ("aliases.json", "attributes_with_aliases.json")
+MAX_ERRORS_TEXT = 25
+MAX_ERRORS_JSON = 1000
+_JSON_TYPES = {
+    dict: "object",
+    list: "array",
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    type(None): "null",
+}
+
+
+@dataclass
+class SchemaError:
+    """One way a row (or a file) breaks the rules; ``pointer`` is a JSON pointer inside ``row``."""
+
+    message: str
+    file: str
+    config: str | None = None
+    row: str | None = None
+    index: int | None = None
+    pointer: str = ""
+
+    def render(self) -> str:
+        where = self.file
+        if self.config:
+            where += f" [{self.config}]"
+        if self.row is not None:
+            where += f" {self.row}"
+        if self.pointer:
+            where += f" at {self.pointer}"
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class ValidationReport:
+    path: str
+    kind: str = "rows"
+    rows: dict[str, int] = field(default_factory=dict)
+    aliases: str | None = None
+    errors: list[SchemaError] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "ok": self.ok,
+            "rows": dict(self.rows),
+            "aliases": self.aliases,
+            "n_errors": len(self.errors),
+            "errors": [asdict(e) for e in self.errors[:MAX_ERRORS_JSON]],
+            "n_warnings": len(self.warnings),
+            "warnings": [w.to_dict() for w in self.warnings],
+            "notes": list(self.notes),
+        }
+
+    def render_text(self) -> str:
+        counts = ", ".join(f"{n} {c} rows" for c, n in self.rows.items()) or "no rows"
+        lines = [f"Validated {self.path} ({self.kind}: {counts}; alias map: {self.aliases or 'none'})"]
+        lines += [f"note: {n}" for n in self.notes]
+        if self.errors:
+            lines.append(f"{len(self.errors)} errors:")
+            lines += [f"  - {e.render()}" for e in self.errors[:MAX_ERRORS_TEXT]]
+            if len(self.errors) > MAX_ERRORS_TEXT:
+                lines.append(f"  ... and {len(self.errors) - MAX_ERRORS_TEXT} more (see --json)")
+        if self.warnings:
+            lines.append(f"{len(self.warnings)} warnings:")
+            for w in self.warnings:
+                lines.append(f"  - {w.code} ({w.count}): {w.message}")
+                lines += [f"      e.g. {x}" for x in w.examples[:3]]
+        verdict = "FAILED" if self.errors else "OK"
+        lines.append(f"{verdict}: {len(self.errors)} errors, {len(self.warnings)} warnings")
+        return "\n".join(lines)
+
+
+# --- schema errors -------------------------------------------------------------------------------
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _value(value: Any) -> str:
+    """`` <value>`` for a scalar worth showing, empty for null, objects and arrays."""
+    return f" {_short(value)}" if isinstance(value, str | int | float) and not isinstance(value, bool) else ""
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _pointer(path: Sequence[Any]) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def explain(error: ValidationError) -> str:
+    """What the schema expected, in words."""
+    kind, value, inst, schema = error.validator, error.validator_value, error.instance, error.schema
+    desc = schema.get("description") if isinstance(schema, Mapping) else None
+    if kind == "type":
+        expected = " or ".join(value) if isinstance(value, list) else value
+        article = "an" if str(expected)[0] in "aeiou" else "a"
+        return f"expected {article} {expected}, got {_json_type(inst)}{_value(inst)}"
+    if kind == "required":
+        # one error per missing property; its name is the quoted part of the message
+        match = re.match(r"^'(.*)' is a required property$", error.message)
+        missing = (
+            [match.group(1)] if match else [k for k in value if isinstance(inst, dict) and k not in inst]
+        )
+        return f"missing required field {', '.join(repr(k) for k in missing)}"
+    if kind == "additionalProperties" and isinstance(inst, dict):
+        allowed = set(schema.get("properties", {}))
+        extra = sorted(k for k in inst if k not in allowed)
+        hint = f" (allowed: {', '.join(sorted(allowed))})" if allowed else ""
+        return f"unknown field {', '.join(repr(k) for k in extra)}{hint}"
+    if kind == "minLength":
+        return "expected a non-empty string" if value == 1 else f"expected at least {value} characters"
+    if kind == "pattern":
+        what = desc or f"a string matching {value}"
+        return f"expected {what}, got {_short(inst)}"
+    if kind == "minItems":
+        return f"expected at least {value} item{'s' if value != 1 else ''}, got {len(inst)}"
+    if kind == "maxItems":
+        return f"expected at most {value} item{'s' if value != 1 else ''}, got {len(inst)}"
+    if kind == "uniqueItems":
+        return "expected distinct items, got repeats"
+    if kind == "minimum":
+        return f"expected a number >= {value}, got {_short(inst)}"
+    if kind == "enum":
+        return f"expected one of {', '.join(json.dumps(v) for v in value)}, got {_short(inst)}"
+    if kind in ("anyOf", "oneOf"):
+        return f"expected {desc or 'one of the allowed shapes'}, got {_json_type(inst)}{_value(inst)}"
+    if kind == "x-equalLength":
+        return error.message
+    return f"{error.message}" + (f" (expected {desc})" if desc else "")
+
+
+def flatten(error: ValidationError) -> list[ValidationError]:
+    """The errors to report for ``error``: for ``anyOf``/``oneOf``, those of the one branch whose type fits
+    the instance (a list of aliases with an empty string is reported at that string, not as "matches no
+    shape"); else the error itself."""
+    if error.validator not in ("anyOf", "oneOf") or not error.context:
+        return [error]
+    branches: dict[Any, list[ValidationError]] = {}
+    for sub in error.context:
+        branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+    fitting = [
+        errs
+        for errs in branches.values()
+        if not any(e.validator == "type" and not e.relative_path for e in errs)
+    ]
+    if len(fitting) != 1:
+        return [error]
+    return [f for sub in fitting[0] for f in flatten(sub)]
+
+
+def _reportable(errors: Sequence[ValidationError]) -> list[ValidationError]:
+    """Flattened and sorted; a ``pattern`` error is dropped where the same string already fails ``minLength``."""
+    flat = sorted(
+        (f for e in errors for f in flatten(e)), key=lambda e: (list(map(str, e.absolute_path)), e.validator)
+    )
+    too_short = {tuple(e.absolute_path) for e in flat if e.validator == "minLength"}
+    return [e for e in flat if not (e.validator == "pattern" and tuple(e.absolute_path) in too_short)]
+
+
+def _row_label(config: str, row: Any, index: int) -> str:
+    key = {"chains": "case_id", "edits": "edit_id", "facts": "fact_id"}.get(config, "")
+    if isinstance(row, dict):
+        value = row.get(key)
+        usable = isinstance(value, int) and not isinstance(value, bool) if config == "chains" else bool(value)
+        if usable and isinstance(value, int | str):
+            return f"{key} {value}"
+    return f"row {index}"
+
+
+def schema_errors(config: str, rows: Sequence[Any], file: str) -> tuple[list[SchemaError], list[int]]:
+    """Every schema error of every row; returns them and the indices of the valid rows."""
+    v = validator(CONFIG_SCHEMAS[config])
+    errors: list[SchemaError] = []
+    valid: list[int] = []
+    for index, row in enumerate(rows):
+        row_errors = _reportable(list(v.iter_errors(row)))
+        if not row_errors:
+            valid.append(index)
+        for e in row_errors:
+            errors.append(
+                SchemaError(
+                    explain(e), file, config, _row_label(config, row, index), index, _pointer(e.absolute_path)
+                )
+            )
+    return errors, valid
+
+
+def _duplicate_ids(config: str, rows: Sequence[Any], file: str) -> list[SchemaError]:
+    key = {"chains": "case_id", "edits": "edit_id", "facts": "fact_id"}[config]
+    seen: Counter[Any] = Counter(
+        row[key] for row in rows if isinstance(row, dict) and isinstance(row.get(key), int | str)
+    )
+    return [
+        SchemaError(
+            f"{key} {value!r} is used by {n} rows; it must be unique",
+            file,
+            config,
+            f"{key} {value}",
+            None,
+            f"/{key}",
+        )
+        for value, n in seen.items()
+        if n > 1
+    ]
+
+
+def alias_errors(raw: Any, file: str) -> list[SchemaError]:
+    v = validator("aliases")
+    return [
+        SchemaError(
+            explain(e),
+            file,
+            "aliases",
+            f"entity {e.absolute_path[0]!r}" if e.absolute_path else None,
+            None,
+            _pointer(e.absolute_path),
+        )
+        for e in _reportable(list(v.iter_errors(raw)))
+    ]
+
+
+# --- semantic checks -----------------------------------------------------------------------------
+
+
+def _id_findings(config: str, rows: Sequence[Mapping[str, Any]]) -> list[Finding]:
+    wrong: list[str] = []
+    for row in rows:
+        if config == "chains" and "edit_id" in row and row["edit_id"] != edit_id(row):
+            wrong.append(f"case_id {row['case_id']}: edit_id {row['edit_id']!r}, expected {edit_id(row)!r}")
+        elif config == "edits" and row["edit_id"] != edit_id(row):
+            wrong.append(f"edit_id {row['edit_id']!r}, expected {edit_id(row)!r}")
+        elif config == "facts" and row["fact_id"] != fact_id(row["subject"], row["prompt"], row["answer"]):
+            wrong.append(f"fact_id {row['fact_id']!r}")
+    if not wrong:
+        return []
+    return [
+        Finding(
+            "id_mismatch",
+            f"{len(wrong)} {config} rows carry an id that is not the hash of their content",
+            len(wrong),
+            wrong[:5],
+        )
+    ]
+
+
+def _derived_findings(
+    chains: Sequence[Mapping[str, Any]],
+    aliases: Mapping[str, Sequence[str]] | None,
+    loaded: Mapping[str, Sequence[Mapping[str, Any]]],
+) -> list[Finding]:
+    out: list[Finding] = []
+    expected: dict[str, list[dict[str, Any]]] = {"edits": edit_rows(chains)}
+    if aliases is not None:
+        expected["facts"] = fact_rows(chains, aliases)
+    for config, rows in expected.items():
+        if config not in loaded:
+            continue
+        have = {canonical_json(r) for r in loaded[config]}
+        want = {canonical_json(r) for r in rows}
+        if have != want:
+            out.append(
+                Finding(
+                    "derived_mismatch",
+                    f"the {config} config differs from the one derived from the chains rows: "
+                    f"{len(have - want)} rows not derivable, {len(want - have)} derived rows missing",
+                    len(have ^ want),
+                )
+            )
+    return out
+
+
+def semantic_findings(
+    config: str, rows: Sequence[Mapping[str, Any]], aliases: Mapping[str, Sequence[str]] | None
+) -> list[Finding]:
+    findings = _id_findings(config, rows)
+    if config == "chains":
+        findings = check_chains(rows) + findings
+        if aliases is not None:
+            findings += check_aliases(aliases, rows)
+    return findings
+
+
+# --- inputs --------------------------------------------------------------------------------------
+
+
+def detect_config(rows: Sequence[Any]) -> str:
+    first = next((r for r in rows if isinstance(r, dict)), {})
+    if "chains" in first or "case_ids" in first:
+        return "edits"
+    if "fact_id" in first or {"subject", "prompt", "answer"} <= set(first):
+        return "facts"
+    return "chains"
+
+
+def _find_aliases(folder: Path) -> Path | None:
+    return next((folder / n for n in ALIAS_FILE_NAMES if (folder / n).is_file()), None)
+
+
+def _load_aliases(path: Path, report: ValidationReport) -> dict[str, list[str]] | None:
+    report.aliases = str(path)
+    try:
+        raw = read_json(path)
+    except UnreadableInput as exc:
+        report.errors.append(SchemaError(str(exc), str(path), "aliases"))
+        return None
+    errs = alias_errors(raw, str(path))
+    report.errors.extend(errs)
+    if errs:
+        return None
+    return alias_lists(raw)
+
+
+def _validate_rows(
+    report: ValidationReport, config: str, rows: Sequence[Any], file: str
+) -> list[Mapping[str, Any]]:
+    report.rows[config] = len(rows)
+    if not rows:
+        report.errors.append(SchemaError("no rows", file, config))
+        return []
+    errors, valid = schema_errors(config, rows, file)
+    report.errors.extend(errors)
+    report.errors.extend(_duplicate_ids(config, rows, file))
+    return [rows[i] for i in valid]
+
+
+def validate_file(
+    path: Path, aliases_path: Path | None = None, config: str | None = None
+) -> ValidationReport:
+    report = ValidationReport(path=str(path), kind="rows")
+    if path.suffix.lower() not in ROW_SUFFIXES:
+        raise KnowgicError(
+            f"{path}: unsupported file type {path.suffix or '(none)'}; expected one of "
+            f"{', '.join(ROW_SUFFIXES)} or a dataset folder"
+        )
+    try:
+        if path.suffix.lower() == ".json":
+            text = read_text(path)
+            if not text.strip():
+                raise UnreadableInput(f"{path}: the file is empty")
+            data = parse_json(text, str(path))
+            if config is None and is_alias_map(data):
+                report.kind = "aliases"
+                errs = alias_errors(data, str(path))
+                report.errors.extend(errs)
+                report.aliases = str(path)
+                if not errs:
+                    report.warnings.extend(check_aliases(alias_lists(data)))
+                return report
+            rows = data if isinstance(data, list) else [data]
+        else:
+            rows = read_rows(path)
+    except UnreadableInput as exc:
+        report.errors.append(SchemaError(str(exc).removeprefix(f"{path}: "), str(path)))
+        return report
+    config = config or detect_config(rows)
+    valid = _validate_rows(report, config, rows, str(path))
+    aliases: dict[str, list[str]] | None = None
+    alias_file = aliases_path or (_find_aliases(path.parent) if config == "chains" else None)
+    if alias_file is not None:
+        aliases = _load_aliases(alias_file, report)
+    elif config == "chains":
+        report.notes.append("no alias map given or found beside the file: alias checks skipped")
+    if valid:
+        report.warnings.extend(semantic_findings(config, valid, aliases))
+    return report
+
+
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
+
+
+def read_card(folder: Path) -> dict[str, Any]:
+    """The YAML metadata of ``folder/README.md``; raises :class:`UnreadableInput` when absent or broken."""
+    card = folder / "README.md"
+    if not card.is_file():
+        raise UnreadableInput(f"{folder}: no dataset card README.md (a dataset folder needs one)")
+    match = _FRONT_MATTER.match(read_text(card))
+    if match is None:
+        raise UnreadableInput(f"{card}: no YAML metadata block (--- ... ---) at the top of the card")
+    try:
+        meta = yaml.safe_load(match.group(1))
+    except yaml.YAMLError as exc:
+        raise UnreadableInput(
+            f"{card}: the YAML metadata is not valid YAML ({exc})".replace("\n", " ")
+        ) from None
+    if not isinstance(meta, dict):
+        raise UnreadableInput(f"{card}: the YAML metadata must be a mapping")
+    return meta
+
+
+def card_data_files(folder: Path, meta: Mapping[str, Any]) -> dict[str, list[Path]]:
+    """Config -> its ``test`` data files, from the card's ``configs``."""
+    card = folder / "README.md"
+    configs = meta.get("configs")
+    if not isinstance(configs, list) or not configs:
+        raise UnreadableInput(f"{card}: the metadata has no `configs` list naming the data files")
+    out: dict[str, list[Path]] = {}
+    for entry in configs:
+        if not isinstance(entry, dict) or not isinstance(entry.get("config_name"), str):
+            raise UnreadableInput(f"{card}: every entry of `configs` needs a `config_name`")
+        files = entry.get("data_files")
+        specs: list[Any] = files if isinstance(files, list) else [files]
+        paths: list[Path] = []
+        for spec in specs:
+            if isinstance(spec, dict):
+                if spec.get("split", "test") != "test":
+                    continue
+                spec = spec.get("path")
+            for pattern in spec if isinstance(spec, list) else [spec]:
+                if not isinstance(pattern, str) or not pattern:
+                    raise UnreadableInput(
+                        f"{card}: config {entry['config_name']!r} has a malformed data_files entry"
+                    )
+                matches = (
+                    sorted(folder.glob(pattern)) if any(c in pattern for c in "*?[") else [folder / pattern]
+                )
+                paths.extend(matches)
+        out[entry["config_name"]] = paths
+    return out
+
+
+def _check_version_record(folder: Path, report: ValidationReport) -> None:
+    from knowgic.dataset.versions import VERSION_FILE, content_sha256
+
+    record_path = folder / VERSION_FILE
+    if not record_path.is_file():
+        report.notes.append(f"no {VERSION_FILE}: content hash not checked")
+        return
+    try:
+        record = read_json(record_path)
+        computed = content_sha256(folder)
+    except KnowgicError as exc:
+        report.errors.append(SchemaError(f"cannot check the content hash: {exc}", str(record_path)))
+        return
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(record, dict) or not isinstance(files, dict):
+        report.errors.append(
+            SchemaError("not a KnowGIC version file (no `sha256` and `files`)", str(record_path))
+        )
+        return
+    if record.get("sha256") != computed:
+        report.errors.append(
+            SchemaError(
+                f"content hash mismatch: recorded {record.get('sha256')}, computed {computed}",
+                str(record_path),
+            )
+        )
+    for rel, meta in sorted(files.items()):
+        path = folder / str(rel)
+        if not isinstance(meta, dict):
+            report.errors.append(
+                SchemaError(f"malformed entry for {rel} in {VERSION_FILE}", str(record_path))
+            )
+        elif not path.is_file():
+            report.errors.append(
+                SchemaError(f"file {rel} listed in {VERSION_FILE} is missing", str(record_path))
+            )
+        elif file_sha256(path) != meta.get("sha256"):
+            report.errors.append(
+                SchemaError(f"file {rel} differs from its recorded sha256", str(record_path))
+            )
+
+
+def _check_card_features(
+    meta: Mapping[str, Any], loaded: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> list[Finding]:
+    infos = meta.get("dataset_info")
+    if not isinstance(infos, list):
+        return []
+    wrong: list[str] = []
+    for info in infos:
+        config = info.get("config_name") if isinstance(info, dict) else None
+        if config not in CONFIG_SCHEMAS or not loaded.get(config):
+            continue
+        present = set().union(*(set(r) for r in loaded[config]))
+        if info.get("features") != yaml_features(CONFIG_SCHEMAS[config], present):
+            wrong.append(config)
+    if not wrong:
+        return []
+    return [
+        Finding(
+            "card_features",
+            f"the card's dataset_info features of {', '.join(wrong)} differ from those the JSON Schemas give",
+            len(wrong),
+        )
+    ]
+
+
+def validate_folder(folder: Path, aliases_path: Path | None = None) -> ValidationReport:
+    report = ValidationReport(path=str(folder), kind="folder")
+    try:
+        meta = read_card(folder)
+        files = card_data_files(folder, meta)
+    except UnreadableInput as exc:
+        report.errors.append(SchemaError(str(exc).removeprefix(f"{folder}: "), str(folder)))
+        return report
+    if "chains" not in files:
+        report.errors.append(SchemaError("the card declares no `chains` config", str(folder / "README.md")))
+    loaded: dict[str, list[Mapping[str, Any]]] = {}
+    for config, paths in files.items():
+        if config not in CONFIG_SCHEMAS:
+            report.notes.append(f"config {config!r} is not a KnowGIC config: not validated")
+            continue
+        rows: list[Any] = []
+        for path in paths:
+            if not path.is_file():
+                report.errors.append(
+                    SchemaError(f"data file {path.name} named by the card is missing", str(path), config)
+                )
+                continue
+            try:
+                rows.extend(read_rows(path))
+            except UnreadableInput as exc:
+                report.errors.append(SchemaError(str(exc).removeprefix(f"{path}: "), str(path), config))
+        loaded[config] = _validate_rows(report, config, rows, ", ".join(p.name for p in paths) or config)
+    alias_file = aliases_path or _find_aliases(folder)
+    aliases = _load_aliases(alias_file, report) if alias_file is not None else None
+    if alias_file is None:
+        report.notes.append("no alias map in the folder: alias checks skipped")
+    for config, rows in loaded.items():
+        if rows:
+            report.warnings.extend(semantic_findings(config, rows, aliases))
+    if loaded.get("chains") and report.ok:
+        report.warnings.extend(_derived_findings(loaded["chains"], aliases, loaded))
+    report.warnings.extend(_check_card_features(meta, loaded))
+    _check_version_record(folder, report)
+    return report
+
+
+def validate_path(
+    path: Path, aliases_path: Path | None = None, config: str | None = None
+) -> ValidationReport:
+    """Validate a rows file, an alias map, or a dataset folder."""
+    if config is not None and config not in CONFIG_SCHEMAS:
+        raise KnowgicError(f"unknown config {config!r}; known: {', '.join(CONFIG_SCHEMAS)}")
+    if not path.exists():
+        raise KnowgicError(f"{path} does not exist")
+    if aliases_path is not None and not aliases_path.is_file():
+        raise KnowgicError(f"alias map {aliases_path} does not exist")
+    if path.is_dir():
+        return validate_folder(path, aliases_path)
+    return validate_file(path, aliases_path, config)

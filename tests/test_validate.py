@@ -1,0 +1,403 @@
+"""``knowgic validate``: finds the upstream problems by itself, and handles bad input without a traceback."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from knowgic.cli import main
+from knowgic.dataset.validate import validate_path
+from knowgic.dataset.versions import version_dir
+
+REPO = Path(__file__).resolve().parent.parent
+UPSTREAM = REPO / "knowgic" / "dataset" / "upstream"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def upstream_rows() -> list[dict]:
+    return json.loads((UPSTREAM / "chains.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def good_rows(upstream_rows: list[dict]) -> list[dict]:
+    return copy.deepcopy(upstream_rows[:3])
+
+
+def write_json(path: Path, data: object) -> Path:
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+# --- the upstream problems -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def upstream_report() -> dict:
+    return validate_path(UPSTREAM / "chains.json").to_dict()
+
+
+def _warning(report: dict, code: str) -> dict:
+    found = [w for w in report["warnings"] if w["code"] == code]
+    assert found, f"no {code} warning; got {[w['code'] for w in report['warnings']]}"
+    return found[0]
+
+
+def test_upstream_rows_are_schema_valid(upstream_report: dict) -> None:
+    assert upstream_report["ok"] and upstream_report["n_errors"] == 0
+    assert upstream_report["rows"] == {"chains": 1406}
+    assert upstream_report["aliases"].endswith("attributes_with_aliases.json")
+
+
+def test_finds_the_baseball_chain_ends(upstream_report: dict) -> None:
+    w = _warning(upstream_report, "chain_end_case")
+    assert w["count"] == 9
+    assert w["details"]["case_ids"] == [32, 72, 111, 460, 804, 941, 1181, 1194, 1257]
+    assert "'Baseball' vs 'baseball'" in w["message"]
+    assert not [x for x in upstream_report["warnings"] if x["code"] == "chain_end_target"]
+    assert _warning(upstream_report, "inconsistent_case")["examples"] == ["'Baseball' / 'baseball'"]
+
+
+def test_finds_the_empty_broader_contexts(upstream_report: dict) -> None:
+    w = _warning(upstream_report, "empty_broader_context")
+    assert (w["count"], w["details"]["restating_edit"]) == (24, 23)
+
+
+def test_finds_answers_inside_their_question(upstream_report: dict) -> None:
+    d = _warning(upstream_report, "answer_in_question")["details"]
+    assert (d["chain_steps"], d["chain_final_steps"]) == (38, 24)
+    assert any("Cruz David Beckham" in e for e in _warning(upstream_report, "answer_in_question")["examples"])
+
+
+def test_finds_questions_that_do_not_name_their_subject(upstream_report: dict) -> None:
+    w = _warning(upstream_report, "subject_not_in_question")
+    assert w["details"]["distinct_questions"] == 5
+    text = " ".join(w["examples"])
+    assert "Steve Balmer" in text or w["count"] == 5
+    assert "Dresden Files" in text
+
+
+def test_finds_alias_gaps_and_risky_aliases(upstream_report: dict) -> None:
+    missing = _warning(upstream_report, "alias_missing")["details"]
+    assert len(missing["target_new"]) == 23
+    assert "23 of 24 distinct target_new values" in _warning(upstream_report, "alias_missing")["message"]
+    assert "Suffect Consul" in missing["answers"]
+    risky = {a for _e, a in _warning(upstream_report, "risky_alias")["details"]["aliases"]}
+    assert {"US", "MS", "Ron", "Tex", "MP"} <= risky
+    assert "NBA" not in risky and "Hogwarts" not in risky
+
+
+def test_finds_duplicated_broader_context_entries(upstream_report: dict) -> None:
+    d = _warning(upstream_report, "duplicate_broader_entries")["details"]
+    assert (d["entries"], d["rows"]) == (150, 75)
+
+
+def test_finds_more_than_the_listed_problems(upstream_report: dict) -> None:
+    assert _warning(upstream_report, "malformed_question")["count"] == 22
+    assert _warning(upstream_report, "one_to_many_facts")["details"]["pairs"] == 55
+    misplaced = _warning(upstream_report, "alias_other_entity")["examples"]
+    assert any("Storm Front" in m and "Steve Ballmer" in m for m in misplaced)
+
+
+def test_the_1_0_0_folder_reports_the_same_and_1_1_0_only_flagged_ones(upstream_report: dict, capsys) -> None:
+    code, out, _ = run(capsys, "validate", str(version_dir("1.0.0")), "--json")
+    report = json.loads(out)
+    assert code == 0 and report["kind"] == "folder"
+    assert report["rows"] == {"chains": 1406, "edits": 26, "facts": 345}
+    codes = {w["code"]: w["count"] for w in report["warnings"]}
+    assert codes == {w["code"]: w["count"] for w in upstream_report["warnings"]}
+    code, out, _ = run(capsys, "validate", str(version_dir("1.1.0")))
+    assert code == 0
+    assert "OK: 0 errors, 3 warnings" in out
+
+
+def test_text_report(capsys) -> None:
+    code, out, _ = run(capsys, "validate", str(UPSTREAM / "chains.json"))
+    assert code == 0
+    assert "chain_end_case (9)" in out and "duplicate_broader_entries (150)" in out
+    assert out.rstrip().endswith("warnings")
+
+
+# --- crafted bad input ---------------------------------------------------------------------------
+
+
+def _errors(capsys, path: Path, *extra: str) -> tuple[int, list[dict]]:
+    code, out, _ = run(capsys, "validate", str(path), "--json", *extra)
+    report = json.loads(out)
+    assert report["ok"] is (code == 0)
+    return code, report["errors"]
+
+
+def test_wrong_type(capsys, tmp_path: Path, good_rows: list[dict]) -> None:
+    good_rows[1]["chain"]["answers"][0] = 7
+    code, errors = _errors(capsys, write_json(tmp_path / "rows.json", good_rows))
+    assert code == 1
+    (e,) = errors
+    assert e["row"] == "case_id 1" and e["pointer"] == "/chain/answers/0"
+    assert "expected a string, got integer 7" in e["message"]
+
+
+def test_wrong_type_of_case_id_falls_back_to_the_row_index(
+    capsys, tmp_path: Path, good_rows: list[dict]
+) -> None:
+    good_rows[2]["case_id"] = "2"
+    _code, errors = _errors(capsys, write_json(tmp_path / "rows.json", good_rows))
+    assert errors[0]["row"] == "row 2" and errors[0]["pointer"] == "/case_id"
+
+
+def test_missing_field(capsys, tmp_path: Path, good_rows: list[dict]) -> None:
+    del good_rows[0]["broader_context"]
+    del good_rows[1]["requested_rewrite"][0]["target_true"]
+    code, errors = _errors(capsys, write_json(tmp_path / "rows.json", good_rows))
+    assert code == 1
+    assert {(e["row"], e["pointer"], e["message"]) for e in errors} == {
+        ("case_id 0", "", "missing required field 'broader_context'"),
+        ("case_id 1", "/requested_rewrite/0", "missing required field 'target_true'"),
+    }
+
+
+def test_unequal_list_lengths(capsys, tmp_path: Path, good_rows: list[dict]) -> None:
+    good_rows[0]["broader_context"]["prompts"].pop()
+    _code, errors = _errors(capsys, write_json(tmp_path / "rows.json", good_rows))
+    (e,) = errors
+    assert e["pointer"] == "/broader_context" and "equal length" in e["message"]
+
+
+@pytest.mark.parametrize("prompt", ["{}'s child is {}", "The child is", "{0} is", "{}}"])
+def test_prompt_without_or_with_two_placeholders(
+    capsys, tmp_path: Path, good_rows: list[dict], prompt: str
+) -> None:
+    good_rows[0]["chain"]["prompts"][1] = prompt
+    code, errors = _errors(capsys, write_json(tmp_path / "rows.json", good_rows))
+    assert code == 1
+    (e,) = errors
+    assert e["pointer"] == "/chain/prompts/1"
+    assert "exactly one {} placeholder" in e["message"]
+
+
+@pytest.mark.parametrize("value", ["", "   ", " Paris"])
+def test_empty_or_padded_strings(capsys, tmp_path: Path, good_rows: list[dict], value: str) -> None:
+    good_rows[0]["chain"]["subjects"][0] = value
+    _code, errors = _errors(capsys, write_json(tmp_path / "rows.json", good_rows))
+    assert [e["pointer"] for e in errors] == ["/chain/subjects/0"]
+    assert "non-empty" in errors[0]["message"]
+
+
+def test_unknown_fields(capsys, tmp_path: Path, good_rows: list[dict]) -> None:
+    good_rows[0]["notes"] = "x"
+    good_rows[1]["chain"]["answer"] = []
+    _code, errors = _errors(capsys, write_json(tmp_path / "rows.json", good_rows))
+    assert {(e["pointer"], e["message"].split(" (")[0]) for e in errors} == {
+        ("", "unknown field 'notes'"),
+        ("/chain", "unknown field 'answer'"),
+    }
+
+
+def test_two_requests_in_one_row_and_duplicate_ids(capsys, tmp_path: Path, good_rows: list[dict]) -> None:
+    good_rows[0]["requested_rewrite"].append(good_rows[0]["requested_rewrite"][0])
+    good_rows[2]["case_id"] = 1
+    _code, errors = _errors(capsys, write_json(tmp_path / "rows.json", good_rows))
+    messages = {e["message"] for e in errors}
+    assert "expected at most 1 item, got 2" in messages
+    assert "case_id 1 is used by 2 rows; it must be unique" in messages
+
+
+def test_row_that_is_not_an_object(capsys, tmp_path: Path) -> None:
+    _code, errors = _errors(capsys, write_json(tmp_path / "rows.json", [["a", "b"]]))
+    assert errors[0]["row"] == "row 0" and "expected an object, got array" in errors[0]["message"]
+
+
+def test_non_utf8_file(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "rows.json"
+    path.write_bytes(b'[{"case_id": 0, "x": "caf\xe9"}]')
+    code, errors = _errors(capsys, path)
+    assert code == 1 and "not valid UTF-8 (byte 0xe9 at offset 25)" in errors[0]["message"]
+
+
+def test_truncated_json_file(capsys, tmp_path: Path) -> None:
+    text = (UPSTREAM / "chains.json").read_text(encoding="utf-8")[:5000]
+    path = tmp_path / "chains.json"
+    path.write_text(text, encoding="utf-8")
+    code, errors = _errors(capsys, path)
+    assert code == 1 and "invalid JSON at line" in errors[0]["message"]
+
+
+def test_truncated_jsonl_file(capsys, tmp_path: Path, good_rows: list[dict]) -> None:
+    lines = [json.dumps(r) for r in good_rows]
+    lines[-1] = lines[-1][:40]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    code, errors = _errors(capsys, path)
+    assert code == 1 and errors[0]["message"].startswith("line 3 is not valid JSON")
+
+
+def test_empty_file(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "rows.json"
+    path.write_text("  \n", encoding="utf-8")
+    code, errors = _errors(capsys, path)
+    assert code == 1 and "empty" in errors[0]["message"]
+
+
+def test_corrupt_parquet(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "rows.parquet"
+    path.write_bytes(b"PAR1 definitely not parquet")
+    code, errors = _errors(capsys, path)
+    assert code == 1 and "not a readable Parquet file" in errors[0]["message"]
+
+
+def test_good_parquet_and_jsonl_are_accepted(capsys, tmp_path: Path, good_rows: list[dict]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(good_rows), tmp_path / "rows.parquet")
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in good_rows), encoding="utf-8")
+    for name in ("rows.parquet", "rows.jsonl"):
+        code, out, _ = run(capsys, "validate", str(tmp_path / name))
+        assert code == 0 and "OK: 0 errors" in out
+        assert "alias checks skipped" in out
+
+
+def test_unsupported_file_and_missing_path(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "rows.csv"
+    path.write_text("a,b\n", encoding="utf-8")
+    code, _out, err = run(capsys, "validate", str(path))
+    assert code == 2 and err.startswith("error: ") and "unsupported file type .csv" in err
+    code, _out, err = run(capsys, "validate", str(tmp_path / "nope.json"))
+    assert code == 2 and "does not exist" in err
+
+
+def test_alias_map_with_bad_entries(capsys, tmp_path: Path) -> None:
+    path = write_json(tmp_path / "aliases.json", {"USA": ["US", ""], "Paris": {"answer_alias": "Paris"}})
+    code, out, _ = run(capsys, "validate", str(path), "--json")
+    report = json.loads(out)
+    assert code == 1 and report["kind"] == "aliases"
+    assert {(e["row"], e["pointer"]) for e in report["errors"]} == {
+        ("entity 'USA'", "/USA/1"),
+        ("entity 'Paris'", "/Paris/answer_alias"),
+    }
+
+
+def test_bad_alias_map_beside_rows(capsys, tmp_path: Path, good_rows: list[dict]) -> None:
+    write_json(tmp_path / "aliases.json", {"USA": "United States"})
+    code, errors = _errors(capsys, write_json(tmp_path / "rows.json", good_rows))
+    assert code == 1 and errors[0]["config"] == "aliases" and errors[0]["pointer"] == "/USA"
+
+
+def test_derived_configs_are_detected(capsys, tmp_path: Path) -> None:
+    edits = [
+        json.loads(line)
+        for line in (version_dir("1.0.0") / "data/edits-test.jsonl").read_text().splitlines()[:2]
+    ]
+    edits[1]["case_ids"] = edits[1]["case_ids"][:-1]
+    path = tmp_path / "edits.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in edits), encoding="utf-8")
+    code, errors = _errors(capsys, path)
+    assert code == 1
+    assert errors[0]["config"] == "edits" and errors[0]["row"] == f"edit_id {edits[1]['edit_id']}"
+    assert "equal length" in errors[0]["message"]
+
+
+# --- folders -------------------------------------------------------------------------------------
+
+
+def test_folder_without_card(capsys, tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    code, errors = _errors(capsys, tmp_path)
+    assert code == 1 and "no dataset card README.md" in errors[0]["message"]
+
+
+def test_card_without_metadata_or_configs(capsys, tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("# Just a title\n", encoding="utf-8")
+    _code, errors = _errors(capsys, tmp_path)
+    assert "no YAML metadata block" in errors[0]["message"]
+    (tmp_path / "README.md").write_text("---\nlicense: mit\n---\n# x\n", encoding="utf-8")
+    _code, errors = _errors(capsys, tmp_path)
+    assert "no `configs` list" in errors[0]["message"]
+    (tmp_path / "README.md").write_text("---\nlicense: [mit\n---\n", encoding="utf-8")
+    _code, errors = _errors(capsys, tmp_path)
+    assert "not valid YAML" in errors[0]["message"]
+
+
+def test_card_naming_a_missing_data_file(capsys, tmp_path: Path) -> None:
+    card = "---\nconfigs:\n- config_name: chains\n  data_files:\n  - split: test\n    path: data/nope.jsonl\n---\n"
+    (tmp_path / "README.md").write_text(card, encoding="utf-8")
+    code, errors = _errors(capsys, tmp_path)
+    assert code == 1 and "data file nope.jsonl named by the card is missing" in errors[0]["message"]
+
+
+@pytest.fixture
+def folder_copy(tmp_path: Path) -> Path:
+    dest = tmp_path / "1.0.0"
+    shutil.copytree(version_dir("1.0.0"), dest)
+    return dest
+
+
+def test_tampered_folder_fails_its_hash(capsys, folder_copy: Path) -> None:
+    path = folder_copy / "data" / "chains-test.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    row = json.loads(lines[5])
+    row["chain"]["answers"][-1] = "Somewhere Else"
+    lines[5] = json.dumps(row) + "\n"
+    path.write_text("".join(lines), encoding="utf-8")
+    code, out, _ = run(capsys, "validate", str(folder_copy))
+    assert code == 1
+    assert "content hash mismatch" in out and "chains-test.jsonl differs from its recorded sha256" in out
+    assert "derived_mismatch" in out  # the edits config no longer matches the chains
+
+
+@pytest.fixture
+def small_folder(tmp_path: Path) -> Path:
+    """A copy of 1.0.0 cut to a few rows, without version.json (so no hash to check): fast to validate."""
+    dest = tmp_path / "small"
+    shutil.copytree(version_dir("1.0.0"), dest)
+    for name, keep in (("chains", 3), ("edits", 1), ("facts", 5)):
+        path = dest / "data" / f"{name}-test.jsonl"
+        path.write_text(
+            "".join(path.read_text(encoding="utf-8").splitlines(keepends=True)[:keep]), encoding="utf-8"
+        )
+    (dest / "version.json").unlink()
+    return dest
+
+
+def test_small_folder_is_valid_apart_from_derived_configs(capsys, small_folder: Path) -> None:
+    code, out, _ = run(capsys, "validate", str(small_folder), "--json")
+    report = json.loads(out)
+    assert code == 0 and report["rows"] == {"chains": 3, "edits": 1, "facts": 5}
+    assert "no version.json: content hash not checked" in report["notes"]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        ("README.md", "---\n- a list\n---\n", "the YAML metadata must be a mapping"),
+        ("README.md", "---\nconfigs:\n- 5\n---\n", "every entry of `configs` needs a `config_name`"),
+        ("version.json", "[]", "cannot check the content hash"),
+        (
+            "version.json",
+            '{"configs": {"chains": {"path": "data/chains-test.jsonl"}}}',
+            "cannot check the content",
+        ),
+        ("aliases.json", "[]", "expected an object, got array"),
+        ("data/chains-test.jsonl", "null\n", "row 0: expected an object, got null"),
+        ("data/chains-test.jsonl", "\n", "[chains]: no rows"),
+        (
+            "data/facts-test.jsonl",
+            '{"fact_id": "abc", "subject": 1}\n',
+            "fact_id abc at /subject: expected a string",
+        ),
+    ],
+)
+def test_corrupt_folder_files(capsys, small_folder: Path, name: str, content: str, expected: str) -> None:
+    (small_folder / name).write_text(content, encoding="utf-8")
+    code, out, _ = run(capsys, "validate", str(small_folder))
+    assert code == 1 and expected in out
