@@ -64,7 +64,11 @@ def plot_per_edit(document: Mapping[str, Any], path: Path) -> Path:
     ax.set_yticks(list(ys), labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlim(0, 1.05)
-    ax.legend(loc="lower right", fontsize=8)
+    for y, (i_val, p_val) in enumerate(zip(ifr, pres, strict=True)):
+        for offset, value in ((-0.2, i_val), (0.2, p_val)):
+            if value != value:  # NaN: the metric is undefined for this edit
+                ax.annotate("n/a", (0.01, y + offset), va="center", fontsize=6, color="#555555")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.04), ncol=2, fontsize=8, frameon=False)
     ax.set_title(_title(document), fontsize=9)
     return _save(fig, path)
 
