@@ -26,18 +26,51 @@ BUILTIN_EDITORS: dict[str, str] = {
 
 def _load_target(target: str, what: str) -> type[Editor]:
     module_name, _, attr = target.partition(":")
+    module_name, attr = module_name.strip(), attr.strip()
     if not module_name or not attr:
-        raise KnowgicError(f"editor {what!r}: expected 'package.module:ClassName'")
+        raise KnowgicError(f"editor {what!r}: expected 'package.module:ClassName', got {target!r}")
+    where = "" if what == target else f" (registered as {target})"
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise KnowgicError(f"editor {what!r}: cannot import module {module_name!r} ({exc})") from None
+    except ModuleNotFoundError as exc:
+        missing = exc.name or module_name
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise KnowgicError(
+                f"editor {what!r}{where}: no module named {missing!r}; is its package installed "
+                "(pip install ...) or its folder on PYTHONPATH?"
+            ) from None
+        raise KnowgicError(
+            f"editor {what!r}{where}: importing {module_name!r} failed: it needs module {missing!r}, "
+            "which is not installed"
+        ) from None
+    except Exception as exc:  # a plug-in's own import-time error (SyntaxError, NameError, ...) in one line
+        raise KnowgicError(
+            f"editor {what!r}{where}: importing {module_name!r} failed: {type(exc).__name__}: "
+            + " ".join(str(exc).split())
+        ) from None
     try:
         cls = getattr(module, attr)
     except AttributeError:
-        raise KnowgicError(f"editor {what!r}: module {module_name!r} has no attribute {attr!r}") from None
-    if not (isinstance(cls, type) and issubclass(cls, Editor)):
-        raise KnowgicError(f"editor {what!r}: {target} is not a subclass of knowgic.editors.Editor")
+        public = sorted(
+            n
+            for n, v in vars(module).items()
+            if isinstance(v, type) and issubclass(v, Editor) and v is not Editor
+        )
+        hint = f"; editor classes there: {', '.join(public)}" if public else ""
+        raise KnowgicError(
+            f"editor {what!r}{where}: module {module_name!r} has no attribute {attr!r}{hint}"
+        ) from None
+    if not isinstance(cls, type):
+        raise KnowgicError(
+            f"editor {what!r}{where}: {module_name}:{attr} is a {type(cls).__name__}, not a class; "
+            "an editor is a subclass of knowgic.editors.Editor"
+        )
+    if not issubclass(cls, Editor):
+        raise KnowgicError(
+            f"editor {what!r}{where}: class {module_name}:{attr} is not a subclass of knowgic.editors.Editor"
+        )
+    if cls.apply is Editor.apply:
+        raise KnowgicError(f"editor {what!r}{where}: class {module_name}:{attr} does not implement apply()")
     return cls
 
 
