@@ -22,6 +22,8 @@ _HEADLINE = (
     ("efficacy_magnitude", "Efficacy magnitude", "higher"),
     ("generalization", "Generalization", "higher"),
     ("specificity", "Specificity", "higher"),
+    ("specificity_same_relation", "  same relation", "higher"),
+    ("specificity_other_graphs", "  other graphs", "higher"),
     ("deep_editing_score", "Deep-editing score", "higher"),
 )
 

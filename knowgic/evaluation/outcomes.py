@@ -17,11 +17,12 @@ class Outcomes:
     rewrite: list[M.TargetOutcome]
     question: list[M.TargetOutcome]
     neighbours: list[M.NeighbourOutcome]
+    neighbour_kinds: list[str]
 
 
 def collect_outcomes(plan: EvalPlan, run: RunScores) -> Outcomes:
     pre_p, pre_known = run.pre.p, run.pre.known
-    out = Outcomes(chains=[], preservation=[], rewrite=[], question=[], neighbours=[])
+    out = Outcomes(chains=[], preservation=[], rewrite=[], question=[], neighbours=[], neighbour_kinds=[])
     for edit in plan.edits:
         post = run.post[edit.edit_id].lookup()
         for chain in edit.chains:
@@ -65,6 +66,7 @@ def collect_outcomes(plan: EvalPlan, run: RunScores) -> Outcomes:
                     known_pre=bool(pre_known[n.true_query]),
                 )
             )
+            out.neighbour_kinds.append(edit.neighbourhood_kind)
     return out
 
 
@@ -91,6 +93,18 @@ def compute_metrics(out: Outcomes) -> dict[str, Any]:
         "efficacy_magnitude": metric_entry(M.efficacy_magnitude(out.rewrite)),
         "generalization": metric_entry(M.generalization(out.question)),
         "specificity": metric_entry(spec),
+        # Same-relation neighbours are where a method that rewrites the relation wholesale shows; the
+        # fallback neighbours from other graphs are a weaker test, so both parts are reported too.
+        "specificity_same_relation": metric_entry(
+            M.specificity(
+                [n for n, k in zip(out.neighbours, out.neighbour_kinds, strict=True) if k == "same-relation"]
+            )
+        ),
+        "specificity_other_graphs": metric_entry(
+            M.specificity(
+                [n for n, k in zip(out.neighbours, out.neighbour_kinds, strict=True) if k == "other-graphs"]
+            )
+        ),
         "deep_editing_score": metric_entry(
             M.deep_editing_score(ifr.value, pres.value, eff.value, spec.value)
         ),
