@@ -35,6 +35,9 @@ class ArchSpec:
     lm_head: str
     n_layer_attr: str
     weight_transposed: bool = False
+    # A norm applied to the MLP output before it joins the residual stream (Gemma 2/3's
+    # post_feedforward_layernorm); None when the MLP output is added to the residual as it is.
+    mlp_post_norm: str | None = None
 
     def layer(self, i: int) -> str:
         return self.layers.format(i)
@@ -80,7 +83,9 @@ ARCHITECTURES: dict[str, ArchSpec] = {
     ),
     "llama": ArchSpec(family="llama", **_LLAMA_LIKE),
     "qwen2": ArchSpec(family="qwen2", **_LLAMA_LIKE),
-    "gemma3": ArchSpec(family="gemma3", **_LLAMA_LIKE),
+    "gemma3": ArchSpec(
+        family="gemma3", mlp_post_norm="model.layers.{}.post_feedforward_layernorm", **_LLAMA_LIKE
+    ),
 }
 
 # config.model_type -> family key in ARCHITECTURES
