@@ -250,15 +250,13 @@ def test_batched_edits_reach_their_targets(gpt2_3layer, cache):
 
 @pytest.mark.slow
 def test_memit_efficacy_on_knowgic_tiny(knowgic_tiny):
-    from tests.test_rome import TINY_NOTE, distinct_edits, efficacy
+    from tests.test_rome import distinct_edits, efficacy
 
     hparams, _ = load_hparams("memit", "knowgic-tiny", knowgic_tiny.family)
     requests = distinct_edits()
     share, margins, seconds = efficacy(knowgic_tiny, lambda: MEMITEditor(hparams, progress=False), requests)
     print(f"MEMIT efficacy {share:.3f}, {sum(seconds) / len(seconds):.2f} s/edit")
-    assert share > 0.1, (share, margins)
-    if share < 0.9:
-        pytest.xfail(f"MEMIT Efficacy {share:.3f} < 0.9 on knowgic-tiny. {TINY_NOTE}")
+    assert share >= 0.9, (share, margins)
 
 
 @pytest.mark.slow

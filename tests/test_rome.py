@@ -236,18 +236,6 @@ def distinct_edits():
     return list(dict.fromkeys(EditRequest.from_upstream(r["requested_rewrite"][0]) for r in rows))
 
 
-TINY_NOTE = (
-    "knowgic-tiny cannot be edited this way to Efficacy 0.9. Measured on the 26 edits: (1) only the MLP of "
-    "layer 0 reaches the prediction from the subject's last token (at layers >= 1 the gradient of the "
-    "target's log-probability with respect to the MLP output there vanishes for most edits: the subject's "
-    "information has reached the last token through layer 0-1 attention); (2) at layer 0 the delta that "
-    "makes the new target likely saturates the clamp (|delta| = 4 |v_init|), and the subject's key depends "
-    "on where the subject sits in the text: the key of the bare rewrite prompt (subject at position 0) keeps "
-    "only rho = (C^-1 k*)^T k_p / (C^-1 k*)^T k* ~ 0.5-0.8 of the prefix-averaged k*, so the rank-one update "
-    "has to be scaled by 1/rho and its spill onto the prompt's other tokens (u^T k_t != 0) undoes the edit."
-)
-
-
 @pytest.mark.slow
 def test_rome_efficacy_on_knowgic_tiny(knowgic_tiny):
     hparams, _ = load_hparams("rome", "knowgic-tiny", knowgic_tiny.family)
@@ -255,6 +243,4 @@ def test_rome_efficacy_on_knowgic_tiny(knowgic_tiny):
     assert len(requests) == 26
     share, margins, seconds = efficacy(knowgic_tiny, lambda: ROMEEditor(hparams, progress=False), requests)
     print(f"ROME efficacy {share:.3f}, {sum(seconds) / len(seconds):.2f} s/edit")
-    assert share > 0.1, (share, margins)  # well above no edit (0.0): the edits do move the model
-    if share < 0.9:
-        pytest.xfail(f"ROME Efficacy {share:.3f} < 0.9 on knowgic-tiny. {TINY_NOTE}")
+    assert share >= 0.9, (share, margins)
