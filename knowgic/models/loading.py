@@ -274,6 +274,9 @@ def load_model(
         rev = _hub_commit(source.name, revision, model.config)
         info["revision_kind"] = "hub-commit"
     elif source.kind in (OFFLINE_GGUF, LOCAL_GGUF):
+        if source.path is not None:
+            # A file that is not GGUF at all deserves that answer, not advice to install a reader for it.
+            gguf.read_gguf_info(source.path)
         gguf.require_gguf_support()
         if source.offline is not None:
             entry = source.offline
