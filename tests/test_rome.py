@@ -244,3 +244,17 @@ def test_rome_efficacy_on_knowgic_tiny(knowgic_tiny):
     share, margins, seconds = efficacy(knowgic_tiny, lambda: ROMEEditor(hparams, progress=False), requests)
     print(f"ROME efficacy {share:.3f}, {sum(seconds) / len(seconds):.2f} s/edit")
     assert share >= 0.9, (share, margins)
+
+
+def test_hub_ids_of_the_reference_models_find_their_files():
+    from knowgic.editors.hparams import find_default_hparams
+
+    for hub_id, key in [
+        ("meta-llama/Meta-Llama-3-8B-Instruct", "llama-3-8b"),
+        ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
+        ("EleutherAI/gpt-j-6b", "gpt-j-6b"),
+        ("openai-community/gpt2-xl", "gpt2-xl"),
+        ("google/gemma-3-270m-it", "gemma3-270m"),
+    ]:
+        found = find_default_hparams("rome", hub_id, "unknown-family")
+        assert found is not None and found.name == f"{key}.yaml", (hub_id, found)

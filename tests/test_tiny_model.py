@@ -324,3 +324,12 @@ def test_script_rebuilds_a_model_of_the_shipped_quality(tmp_cache: Path) -> None
     assert abs(rebuilt["known_share"] - shipped["known_share"]) <= 0.02
     assert rebuilt["rewrite_true_beats_new"] >= 0.95
     print(f"rebuilt in {rebuilt['build_seconds']} s, known share {rebuilt['known_share']}")
+
+
+def test_rebuild_command_refuses_a_non_empty_folder(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from knowgic.models.tiny.__main__ import main
+
+    (tmp_path / "keep.txt").write_text("data")
+    assert main(["--out", str(tmp_path)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert (tmp_path / "keep.txt").read_text() == "data"

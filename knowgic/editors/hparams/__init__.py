@@ -23,9 +23,23 @@ from knowgic.paths import spec_dir
 HPARAMS_DIR = Path(__file__).resolve().parent
 
 
+# Hub names of the models the shipped files were written for -> the file key they use. The papers' values
+# hold for the instruct variants too (same weights' shapes, same layers hold the facts).
+MODEL_KEY_ALIASES = {
+    "meta-llama-3-8b": "llama-3-8b",
+    "meta-llama-3-8b-instruct": "llama-3-8b",
+    "llama-3-8b-instruct": "llama-3-8b",
+    "qwen2.5-7b-instruct": "qwen2.5-7b",
+    "gemma-3-270m": "gemma3-270m",
+    "gemma-3-270m-it": "gemma3-270m",
+    "smollm2-135m-instruct": "smollm2-135m",
+}
+
+
 def model_key(model_id: str) -> str:
-    """``meta-llama/Meta-Llama-3-8B`` -> ``meta-llama-3-8b``; ``/path/to/gpt2-xl`` -> ``gpt2-xl``."""
-    return model_id.rstrip("/").split("/")[-1].lower()
+    """``meta-llama/Meta-Llama-3-8B`` -> ``llama-3-8b``; ``/path/to/gpt2-xl`` -> ``gpt2-xl``."""
+    key = model_id.rstrip("/").split("/")[-1].lower()
+    return MODEL_KEY_ALIASES.get(key, key)
 
 
 def schema_for(method: str, editor_schema: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None:

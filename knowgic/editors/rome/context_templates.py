@@ -60,7 +60,8 @@ def sample_continuations(
     done = torch.zeros(n, dtype=torch.bool)
     with torch.no_grad():
         for _ in range(max(0, length - len(seed_ids))):
-            logits = model(input_ids=ids).logits[:, -1, :].float().cpu()
+            # Rows share one length (no padding): the mask is all ones.
+            logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, -1, :].float().cpu()
             top = torch.topk(logits, k=min(top_k, logits.shape[-1]), dim=-1)
             probs = torch.softmax(top.values, dim=-1)
             pick = torch.multinomial(probs, 1, generator=generator)
