@@ -62,3 +62,14 @@ def test_replaced_and_added_parameters_are_caught(random_gpt2) -> None:
         if "extra" in mlp._parameters:
             del mlp._parameters["extra"]
     assert changed_since(model, stamps) == []
+
+
+def test_scalar_buffers_are_fingerprinted_and_checked() -> None:
+    # Gemma 3 keeps its embedding scale as a 0-dim buffer; a scalar must hash and its change be caught.
+    module = torch.nn.Linear(2, 2)
+    module.register_buffer("scale", torch.tensor(16.0))
+    stamps = fingerprint(module)
+    assert changed_since(module, stamps) == []
+    with torch.no_grad():
+        module.scale.fill_(17.0)
+    assert changed_since(module, stamps) == ["buffer:scale"]

@@ -30,7 +30,8 @@ def _digest(tensor: torch.Tensor) -> str:
     data = tensor.detach()
     if data.device.type != "cpu":
         data = data.cpu()
-    data = data.contiguous()
+    # Flatten first: a 0-dim tensor (Gemma 3's embedding scale, say) cannot be viewed as bytes.
+    data = data.contiguous().reshape(-1)
     # Reinterpret as bytes so every dtype (bf16 included) hashes its exact bits.
     raw = data.view(torch.uint8).numpy() if data.numel() else b""
     return xxhash.xxh3_128_hexdigest(memoryview(raw) if not isinstance(raw, bytes) else raw)
