@@ -123,6 +123,30 @@ def frozen_parameters(model: torch.nn.Module) -> Iterator[None]:
             p.requires_grad_(flag)
 
 
+@contextmanager
+def logits_only_at(model: torch.nn.Module, rows: torch.Tensor, positions: torch.Tensor) -> Iterator[bool]:
+    """Inside the block the LM head sees only ``hidden[rows, positions]``: logits come out as (1, K, vocab).
+
+    An objective that reads a few positions per prompt need not pay for the vocabulary projection (and its
+    backward pass) at every position: for a 262k-token vocabulary that projection costs more than the
+    layers below. Yields ``False`` (and changes nothing) when the model exposes no output embeddings.
+    """
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None:
+        yield False
+        return
+
+    def gather(_module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        hidden = primary_tensor(args)
+        return (hidden[rows, positions].unsqueeze(0), *args[1:])
+
+    handle = head.register_forward_pre_hook(gather)
+    try:
+        yield True
+    finally:
+        handle.remove()
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from knowgic.editors.nethook import Trace, frozen_parameters, model_device
+from knowgic.editors.nethook import Trace, frozen_parameters, logits_only_at, model_device
 from knowgic.editors.repr_tools import make_batch, token_index
 from knowgic.errors import KnowgicError
 from knowgic.records import EditRequest
@@ -154,6 +154,10 @@ def optimize_delta(
     tgt_w = torch.tensor(tgt_weight, device=device, dtype=torch.float32)
     kl_rows = torch.arange(n_rw, len(prompts.lookup), device=device)
     kl_pos = torch.tensor([batch.lengths[int(r)] - 1 for r in kl_rows.tolist()], device=device)
+    # The loss reads the logits at these positions only: the target tokens', then the essence prompts' last.
+    keep_rows = torch.cat([tgt_rows_t, kl_rows])
+    keep_pos = torch.cat([tgt_pos_t, kl_pos])
+    n_tgt = len(tgt_ids)
 
     # Probe pass: the module's output width and v_init.
     with torch.no_grad(), Trace(model, [module_name], retain_output=True, stop=True) as tr:
@@ -186,13 +190,25 @@ def optimize_delta(
     with frozen_parameters(model):
         for it in bar:
             opt.zero_grad()
-            with Trace(model, [module_name], retain_output=False, edit_output=add_delta):
+            with (
+                Trace(model, [module_name], retain_output=False, edit_output=add_delta),
+                logits_only_at(model, keep_rows, keep_pos) as gathered,
+            ):
                 logits = model(**batch.model_inputs()).logits
-            log_probs = torch.log_softmax(logits[tgt_rows_t, tgt_pos_t].float(), dim=-1)
+            if gathered:
+                if tuple(logits.shape[:2]) != (1, len(keep_pos)):
+                    raise KnowgicError(
+                        f"the model's forward reshaped the gathered logits to {tuple(logits.shape)}; "
+                        "its LM head cannot be evaluated at selected positions only"
+                    )
+                tgt_logits, kl_logits = logits[0, :n_tgt], logits[0, n_tgt:]
+            else:
+                tgt_logits, kl_logits = logits[tgt_rows_t, tgt_pos_t], logits[kl_rows, kl_pos]
+            log_probs = torch.log_softmax(tgt_logits.float(), dim=-1)
             token_lp = log_probs.gather(1, tgt_ids_t.unsqueeze(1)).squeeze(1)
             per_row = torch.zeros(n_rw, device=device).index_add(0, tgt_rows_t, token_lp * tgt_w)
             nll = -per_row.mean()
-            kl_lp = torch.log_softmax(logits[kl_rows, kl_pos].float(), dim=-1)
+            kl_lp = torch.log_softmax(kl_logits.float(), dim=-1)
             if kl_init is None:
                 kl_init = kl_lp.detach().clone()
                 nll_init = nll.item()
