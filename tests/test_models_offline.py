@@ -85,3 +85,86 @@ def test_smollm2_135m_is_a_chat_model_that_generates() -> None:
     print(
         f"\nsmollm2-135m: first load {first:.1f} s (built: {loaded.info['cache_built']}), cached {second:.1f} s"
     )
+
+
+# ---- End to end through the evaluation pipeline ------------------------------------------------------------
+
+HARRY = ("{} studied at", "Harry Potter")
+
+
+def _prob(loaded, prompt: str, subject: str, answer: str) -> float:
+    from knowgic.scoring import make_scorer
+    from knowgic.scoring.base import Query
+
+    scorer = make_scorer("logprob")
+    scores = scorer.score(loaded.model, loaded.tokenizer, [Query(prompt, subject, (answer,))])
+    return float(scores.p[0])
+
+
+def test_gemma3_270m_unedited_run_has_active_chains(tmp_path) -> None:
+    """All of KnowGIC with the no-op editor: a schema-valid document, some active chains, IFR = 1."""
+    from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
+    from knowgic.evaluation.results import load_results
+
+    _require("gemma3-270m")
+    run = evaluate(
+        EvaluationRequest(model="gemma3-270m", editor="none", out_dir=tmp_path / "none"), progress=False
+    )
+    doc = load_results(run.results_path)  # validates the schema and the document's own hash
+    counts, metrics = doc["counts"], doc["metrics"]
+    assert counts["edits"] == 26 and counts["chains"] == 1406
+    # Gemma 3 270M knows part of KnowGIC (Harry Potter -> Hogwarts ...), far from all of it.
+    assert 1 <= counts["active_chains"] < counts["chains"] // 2, counts
+    assert metrics["ifr"]["value"] == pytest.approx(1.0, abs=1e-5)
+    assert metrics["efficacy"]["value"] == 0.0
+    print(f"\ngemma3-270m: {counts['active_chains']} active chains of {counts['chains']}")
+
+
+def test_gemma3_270m_rome_flips_harry_potters_school() -> None:
+    """ROME with the shipped hparams rewrites Gemma's answer, and its restore is exact."""
+    from knowgic.editors.hparams import load_hparams
+    from knowgic.editors.rome import ROMEEditor
+    from knowgic.evaluation.fingerprint import assert_restored, fingerprint
+    from knowgic.records import EditRequest
+
+    _require("gemma3-270m")
+    loaded = load_model("gemma3-270m", device="cpu", progress=False)
+    loaded.model.config._knowgic_revision = loaded.revision
+    hparams, _ = load_hparams("rome", loaded.model_id, loaded.family)
+    old, new = "Hogwarts School of Witchcraft and Wizardry", "Ilvermorny School of Witchcraft and Wizardry"
+    before = {a: _prob(loaded, *HARRY, a) for a in (old, new)}
+    stamps = fingerprint(loaded.model)
+    handle = ROMEEditor(hparams, progress=False).apply(
+        loaded.model, loaded.tokenizer, [EditRequest(*HARRY, old, new)]
+    )
+    after = {a: _prob(loaded, *HARRY, a) for a in (old, new)}
+    handle.restore()
+    assert_restored(loaded.model, stamps, "rome")
+    assert before[old] > before[new] and after[new] > after[old], (before, after)
+    print(f"\nROME on gemma3-270m: before {before}, after {after}")
+
+
+def test_smollm2_135m_generate_protocol_through_the_chat_template(tmp_path) -> None:
+    """A chat model under the paper's protocol, with in-context editing: a complete, valid document."""
+    from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
+    from knowgic.evaluation.results import load_results
+
+    _require("smollm2-135m")
+    run = evaluate(
+        EvaluationRequest(
+            model="smollm2-135m",
+            editor="ice",
+            protocol="generate",
+            protocol_overrides={"k": 2},
+            limit=1,
+            out_dir=tmp_path / "ice",
+        ),
+        progress=False,
+    )
+    doc = load_results(run.results_path)
+    assert doc["config"]["protocol_params"]["chat"] is True
+    assert doc["counts"]["edits"] == 1
+    # Few chains are active on this model; every metric is a number or null with a reason.
+    for name, metric in doc["metrics"].items():
+        if isinstance(metric, dict) and "value" in metric and metric["value"] is None:
+            assert metric.get("reason"), name
