@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -102,6 +103,28 @@ def test_recorded_hash_matches_content_and_spec(version: str) -> None:
     spec = yaml.safe_load((REPO / "spec" / "benchmark.yaml").read_text(encoding="utf-8"))
     assert spec["dataset"]["versions"][version]["sha256"] == version_sha256(version)
     assert spec["dataset"]["versions"][version]["path"] == f"knowgic/dataset/hub/{version}"
+
+
+# 1.0.0 is published: its content (rows, derived configs, alias map) may never change again.
+PUBLISHED_SHA256 = {"1.0.0": "9ab943b564971ac40eb42f95024d0e28e02d4f97aa7dd6f833569ce249cfe7fb"}
+
+
+@pytest.mark.parametrize("version", ["1.0.0", "1.1.0"])
+def test_recorded_hash_is_the_sha256_of_the_canonical_content_of_the_files(version: str) -> None:
+    """Recomputed from the files with hashlib and json only, as version.json's `canonical_content` says."""
+    folder = version_dir(version)
+    record = json.loads((folder / "version.json").read_text(encoding="utf-8"))
+    content: dict = {"aliases": json.loads((folder / "aliases.json").read_text(encoding="utf-8"))}
+    for config in ("chains", "edits", "facts"):
+        text = (folder / record["configs"][config]["path"]).read_text(encoding="utf-8")
+        content[config] = [json.loads(line) for line in text.splitlines() if line.strip()]
+        assert record["configs"][config]["rows"] == len(content[config])
+    canonical = json.dumps(content, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    assert record["sha256"] == hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    assert record["sha256"] == PUBLISHED_SHA256.get(version, record["sha256"])
+    for rel, meta in record["files"].items():
+        data = (folder / rel).read_bytes()
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (meta["size"], meta["sha256"]), rel
 
 
 def test_versions_differ_in_content() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,20 +25,72 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def test_dry_run_prints_every_file_with_size_and_hash_and_the_tag(capsys, monkeypatch) -> None:
+class NetworkUsed(RuntimeError):
+    """Raised by every patched network entry point: a dry run must reach none of them."""
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """HF_HUB_OFFLINE, and every public HfApi method, the hub's module-level upload/tag/repo functions and
+    socket connections made to raise; returns the names of those that were called."""
+    import socket
+
+    import huggingface_hub
+
+    called: list[str] = []
+
+    def forbid(name: str) -> Callable[..., Any]:
+        def refuse(*_args: Any, **_kwargs: Any) -> Any:
+            called.append(name)
+            raise NetworkUsed(f"{name} called")
+
+        return refuse
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    code, out, _ = run(capsys, "publish", "--repo-id", "org/knowgic", "--version", "1.1.0", "--dry-run")
+    for name in dir(huggingface_hub.HfApi):
+        if not name.startswith("_") and callable(getattr(huggingface_hub.HfApi, name)):
+            monkeypatch.setattr(huggingface_hub.HfApi, name, forbid(f"HfApi.{name}"))
+    for name in (
+        "create_repo",
+        "list_repo_refs",
+        "upload_folder",
+        "upload_file",
+        "create_commit",
+        "create_tag",
+    ):
+        monkeypatch.setattr(huggingface_hub, name, forbid(f"huggingface_hub.{name}"))
+    monkeypatch.setattr(socket.socket, "connect", forbid("socket.connect"))
+    monkeypatch.setattr(socket, "create_connection", forbid("socket.create_connection"))
+    return called
+
+
+@pytest.mark.parametrize("version", ["1.0.0", "1.1.0"])
+def test_dry_run_prints_every_file_with_size_and_hash_and_the_tag(
+    capsys, no_network: list[str], version: str
+) -> None:
+    code, out, _ = run(capsys, "publish", "--repo-id", "org/knowgic", "--version", version, "--dry-run")
     assert code == 0
-    folder = version_dir("1.1.0")
+    assert no_network == []
+    folder = version_dir(version)
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     assert len(files) == 9
     for path in files:
         rel = path.relative_to(folder).as_posix()
         line = next(line for line in out.splitlines() if line.strip().startswith(rel + " "))
         assert f"{path.stat().st_size} bytes" in line and file_sha256(path) in line
-    assert "tag: v1.1.0" in out
-    assert version_sha256("1.1.0") in out
+    assert f"tag: v{version}" in out
+    assert version_sha256(version) in out
     assert "nothing is uploaded" in out
+
+
+def test_the_network_guard_catches_a_real_publish(capsys, no_network: list[str]) -> None:
+    """Without --dry-run the same command reaches the patched HfApi at once: the guard above is not idle."""
+    code, _out, err = run(
+        capsys, "publish", "--repo-id", "org/knowgic", "--version", "1.0.0", "--token", "hf_x"
+    )
+    assert code == 2
+    assert no_network == ["HfApi.create_repo"]
+    assert err == "error: publishing to org/knowgic failed: NetworkUsed: HfApi.create_repo called\n"
 
 
 def test_bad_arguments_are_one_line_errors(capsys) -> None:
@@ -77,6 +130,17 @@ def test_refuses_a_tampered_card_or_an_extra_file(folder_copy: Path) -> None:
     shutil.copy(version_dir("1.0.0") / "README.md", readme)
     (folder_copy / "notes.txt").write_text("x", encoding="utf-8")
     with pytest.raises(KnowgicError, match=r"files not recorded in version\.json: notes\.txt"):
+        plan_publish("org/knowgic", "1.0.0", folder=folder_copy)
+
+
+def test_refuses_a_version_record_listing_a_file_outside_the_folder(folder_copy: Path) -> None:
+    outside = folder_copy.parent / "secret.txt"
+    outside.write_text("not part of the dataset", encoding="utf-8")
+    record_path = folder_copy / "version.json"
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    record["files"]["../secret.txt"] = {"size": outside.stat().st_size, "sha256": file_sha256(outside)}
+    record_path.write_text(json.dumps(record), encoding="utf-8")
+    with pytest.raises(KnowgicError, match=r"version\.json lists '\.\./secret\.txt', outside the folder"):
         plan_publish("org/knowgic", "1.0.0", folder=folder_copy)
 
 

@@ -83,7 +83,7 @@ def test_finds_questions_that_do_not_name_their_subject(upstream_report: dict) -
     w = _warning(upstream_report, "subject_not_in_question")
     assert w["details"]["distinct_questions"] == 5
     text = " ".join(w["examples"])
-    assert "Steve Balmer" in text or w["count"] == 5
+    assert "'Who did Steve Balmer succeed?' (subject 'Steve Ballmer', 1x)" in text
     assert "Dresden Files" in text
 
 
@@ -128,6 +128,68 @@ def test_text_report(capsys) -> None:
     assert out.rstrip().endswith("warnings")
 
 
+def test_text_report_names_every_missing_alias_entry_by_category(capsys, upstream_report: dict) -> None:
+    code, out, _ = run(capsys, "validate", str(UPSTREAM / "chains.json"))
+    assert code == 0
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  - alias_missing (24): "))
+    block = lines[start + 1 : start + 4]
+    missing = _warning(upstream_report, "alias_missing")["details"]
+    labels = {
+        "target_true": "target_true values",
+        "target_new": "target_new values",
+        "answers": "chain and broader-context answers",
+    }
+    for line, (key, label) in zip(block, labels.items(), strict=True):
+        head = f"      {label} without an entry ({len(missing[key])}): "
+        assert line.startswith(head), line
+        assert line.removeprefix(head).split(", ") == [repr(name) for name in sorted(missing[key])]
+    assert (len(missing["target_true"]), len(missing["target_new"]), len(missing["answers"])) == (2, 23, 2)
+    assert "'Suffect Consul'" in block[2] and "'Valve Corporation'" in block[1]
+    assert not any(line.startswith("      e.g.") for line in lines[start + 1 : start + 4])
+
+
+# --- the chain checks, on crafted rows -----------------------------------------------------------
+
+
+def _codes(capsys, path: Path) -> dict[str, dict]:
+    code, out, _ = run(capsys, "validate", str(path), "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"], report["errors"]
+    return {w["code"]: w for w in report["warnings"]}
+
+
+CHAIN_CODES = ("chain_continuity", "chain_start", "chain_end_target", "chain_end_case")
+
+
+def test_chain_continuity_start_and_end_checks_fire_on_crafted_rows(
+    capsys, tmp_path: Path, upstream_rows: list[dict]
+) -> None:
+    rows = copy.deepcopy(upstream_rows[:5])
+    clean = _codes(capsys, write_json(tmp_path / "clean.json", rows))
+    assert not set(CHAIN_CODES) & set(clean), "the unmodified rows must not trigger the chain checks"
+
+    rows[0]["chain"]["subjects"][2] = "Somebody Else"  # answers[1] != subjects[2]
+    rows[0]["chain"]["subjects"][3] = "Somebody Else Again"  # answers[2] != subjects[3]
+    rows[1]["chain"]["subjects"][0] = "Draco Malfoy"  # not the edited subject, Ron Weasley
+    rows[2]["chain"]["answers"][-1] = "Graceland"  # not target_true 'Lisa Marie Presley', even ignoring case
+    rows[4]["chain"]["answers"][-1] = "LISA MARIE PRESLEY"  # target_true with other capitals only
+    found = _codes(capsys, write_json(tmp_path / "rows.json", rows))
+
+    assert found["chain_continuity"]["count"] == 2
+    assert found["chain_continuity"]["examples"] == ["case_id 0 step 1", "case_id 0 step 2"]
+    assert found["chain_start"]["count"] == 1
+    assert found["chain_start"]["examples"] == ["case_id 1"]
+    assert found["chain_end_target"]["count"] == 1
+    assert found["chain_end_target"]["details"]["case_ids"] == [2]
+    assert "'Graceland'" in found["chain_end_target"]["examples"][0]
+    assert found["chain_end_case"]["details"]["case_ids"] == [4]  # a case-only difference is not "elsewhere"
+
+    # the untouched row (case_id 3) alone fires none of them
+    only_clean = _codes(capsys, write_json(tmp_path / "row3.json", [rows[3]]))
+    assert not set(CHAIN_CODES) & set(only_clean)
+
+
 # --- crafted bad input ---------------------------------------------------------------------------
 
 
@@ -153,6 +215,17 @@ def test_wrong_type_of_case_id_falls_back_to_the_row_index(
     good_rows[2]["case_id"] = "2"
     _code, errors = _errors(capsys, write_json(tmp_path / "rows.json", good_rows))
     assert errors[0]["row"] == "row 2" and errors[0]["pointer"] == "/case_id"
+
+
+def test_row_labels_stay_short_and_on_one_line(capsys, tmp_path: Path, good_rows: list[dict]) -> None:
+    good_rows[0]["case_id"] = -(10**60)
+    facts = [{"fact_id": "line one\nline two", "subject": 1}]
+    _code, errors = _errors(capsys, write_json(tmp_path / "rows.json", good_rows))
+    assert errors[0]["row"] == "case_id -" + "1".ljust(36, "0") + "..."  # 40 characters in all
+    _code, errors = _errors(capsys, write_json(tmp_path / "facts.json", facts))
+    assert errors[0]["row"] == "fact_id 'line one\\nline two'"
+    code, out, _ = run(capsys, "validate", str(tmp_path / "facts.json"))
+    assert code == 1 and "fact_id 'line one\\nline two' at /subject: expected a string" in out
 
 
 def test_missing_field(capsys, tmp_path: Path, good_rows: list[dict]) -> None:
@@ -253,6 +326,88 @@ def test_corrupt_parquet(capsys, tmp_path: Path) -> None:
     path.write_bytes(b"PAR1 definitely not parquet")
     code, errors = _errors(capsys, path)
     assert code == 1 and "not a readable Parquet file" in errors[0]["message"]
+
+
+# JSON that is well-formed but beyond what the parser can hold: deep nesting (RecursionError), integer
+# literals past Python's 4300-digit limit (ValueError), strings that are not text (lone surrogates).
+DEEP_ARRAY = "[" * 100_000 + "]" * 100_000
+DEEP_OBJECT = '{"a": ' * 3000 + "1" + "}" * 3000
+LONG_INTEGER = '[{"case_id": ' + "9" * 5000 + "}]"
+LONE_SURROGATE = '[{"case_id": 0, "note": "caf\\ud800"}]'
+BEYOND_LIMITS = [
+    pytest.param(DEEP_ARRAY, "arrays or objects are nested too deeply to read", id="deep-array"),
+    pytest.param(DEEP_OBJECT, "arrays or objects are nested too deeply to read", id="deep-object"),
+    pytest.param(LONG_INTEGER, "an integer literal has 5000 digits (at most 4300", id="long-integer"),
+    pytest.param(LONE_SURROGATE, "unpaired UTF-16 surrogate escape", id="lone-surrogate"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), BEYOND_LIMITS)
+def test_json_beyond_the_parser_limits(capsys, tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "rows.json"
+    path.write_text(text, encoding="utf-8")
+    code, errors = _errors(capsys, path)
+    assert code == 1
+    (e,) = errors
+    assert e["file"] == str(path)
+    assert e["message"].startswith("unreadable JSON: ") and expected in e["message"]
+    code, out, _ = run(capsys, "validate", str(path))
+    assert code == 1 and f"{path}: unreadable JSON: " in out
+
+
+@pytest.mark.parametrize(("text", "expected"), BEYOND_LIMITS)
+def test_json_lines_beyond_the_parser_limits_name_the_line(
+    capsys, tmp_path: Path, good_rows: list[dict], text: str, expected: str
+) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(good_rows[0]) + "\n\n" + text + "\n", encoding="utf-8")
+    code, errors = _errors(capsys, path)
+    assert code == 1
+    (e,) = errors
+    assert e["file"] == str(path)
+    assert e["message"].startswith("line 3 is unreadable JSON: ") and expected in e["message"]
+
+
+@pytest.mark.parametrize(("text", "expected"), BEYOND_LIMITS)
+def test_alias_map_beyond_the_parser_limits(
+    capsys, tmp_path: Path, good_rows: list[dict], text: str, expected: str
+) -> None:
+    rows = write_json(tmp_path / "rows.json", good_rows)
+    aliases = tmp_path / "my-aliases.json"
+    aliases.write_text(text.replace('"case_id"', '"USA"'), encoding="utf-8")
+    code, errors = _errors(capsys, rows, "--aliases", str(aliases))
+    assert code == 1
+    (e,) = errors
+    assert (e["file"], e["config"]) == (str(aliases), "aliases")
+    assert e["message"].startswith("unreadable JSON: ") and expected in e["message"]
+
+
+def _timestamp_out_of_python_range(path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"case_id": [0], "when": pa.array([2**62], type=pa.timestamp("ms"))}), path)
+
+
+def _truncated_parquet(path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = json.loads((UPSTREAM / "chains.json").read_text(encoding="utf-8"))[:20]
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] + data[-8:])  # a footer length pointing into the cut
+
+
+@pytest.mark.parametrize("make", [_timestamp_out_of_python_range, _truncated_parquet])
+def test_unreadable_parquet_is_one_error_naming_the_file(capsys, tmp_path: Path, make) -> None:
+    path = tmp_path / "rows.parquet"
+    make(path)
+    code, errors = _errors(capsys, path)
+    assert code == 1
+    (e,) = errors
+    assert e["file"] == str(path) and e["message"].startswith("not a readable Parquet file (")
+    assert "\n" not in e["message"]
 
 
 def test_good_parquet_and_jsonl_are_accepted(capsys, tmp_path: Path, good_rows: list[dict]) -> None:
@@ -395,9 +550,113 @@ def test_small_folder_is_valid_apart_from_derived_configs(capsys, small_folder: 
             '{"fact_id": "abc", "subject": 1}\n',
             "fact_id abc at /subject: expected a string",
         ),
+        pytest.param(
+            "data/chains-test.jsonl",
+            "[" * 100_000 + "]" * 100_000 + "\n",
+            "chains-test.jsonl [chains]: line 1 is unreadable JSON: arrays or objects are nested too deeply",
+            id="deep-jsonl-line",
+        ),
+        pytest.param(
+            "aliases.json",
+            '{"USA": [' + "1" * 5000 + "]}",
+            "aliases.json [aliases]: unreadable JSON: an integer literal has 5000 digits",
+            id="long-integer-alias",
+        ),
+        pytest.param(
+            "README.md",
+            "---\nconfigs: " + "[" * 5000 + "]" * 5000 + "\n---\n",
+            "the YAML metadata is nested too deeply to read",
+            id="deep-yaml",
+        ),
+        pytest.param(
+            "README.md",
+            "---\nconfigs: " + "9" * 5000 + "\n---\n",
+            "the YAML metadata cannot be read (ValueError: ",
+            id="long-integer-yaml",
+        ),
+        pytest.param(
+            "README.md",
+            "---\ncreated: 2020-02-30\n---\n",
+            "the YAML metadata cannot be read (ValueError: day is out of range for month)",
+            id="impossible-date-yaml",
+        ),
     ],
 )
 def test_corrupt_folder_files(capsys, small_folder: Path, name: str, content: str, expected: str) -> None:
     (small_folder / name).write_text(content, encoding="utf-8")
     code, out, _ = run(capsys, "validate", str(small_folder))
     assert code == 1 and expected in out
+
+
+def test_folder_with_a_corrupt_parquet_data_file(capsys, tmp_path: Path) -> None:
+    folder = tmp_path / "ds"
+    (folder / "data").mkdir(parents=True)
+    _truncated_parquet(folder / "data" / "chains.parquet")
+    (folder / "README.md").write_text(_card("data/chains.parquet"), encoding="utf-8")
+    code, errors = _errors(capsys, folder)
+    assert code == 1
+    assert errors[0]["file"] == str(folder / "data" / "chains.parquet")
+    assert errors[0]["message"].startswith("not a readable Parquet file (")
+
+
+# --- data files outside the folder ---------------------------------------------------------------
+
+
+def _card(*paths: str) -> str:
+    files = "".join(f"  - split: test\n    path: {json.dumps(p)}\n" for p in paths)
+    return f"---\nconfigs:\n- config_name: chains\n  data_files:\n{files}---\n# rows\n"
+
+
+@pytest.fixture
+def dataset_beside_rows(tmp_path: Path, good_rows: list[dict]) -> Path:
+    """A folder ``ds`` with ``data/``, next to a valid rows file ``outside.jsonl`` that it must not read."""
+    text = "".join(json.dumps(r) + "\n" for r in good_rows)
+    (tmp_path / "outside.jsonl").write_text(text, encoding="utf-8")
+    folder = tmp_path / "ds"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "inside.jsonl").write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_data_files_inside_the_folder_are_read(capsys, dataset_beside_rows: Path) -> None:
+    (dataset_beside_rows / "README.md").write_text(_card("data/inside.jsonl"), encoding="utf-8")
+    code, out, _ = run(capsys, "validate", str(dataset_beside_rows), "--json")
+    assert code == 0 and json.loads(out)["rows"] == {"chains": 3}
+
+
+@pytest.mark.parametrize(
+    "pattern", ["../outside.jsonl", "data/../../outside.jsonl", "../*.jsonl", "ABSOLUTE", "data/link.jsonl"]
+)
+def test_data_files_outside_the_folder_are_refused(capsys, dataset_beside_rows: Path, pattern: str) -> None:
+    outside = dataset_beside_rows.parent / "outside.jsonl"
+    if pattern == "ABSOLUTE":
+        pattern = str(outside)
+    if pattern == "data/link.jsonl":
+        (dataset_beside_rows / "data" / "link.jsonl").symlink_to(outside)
+    (dataset_beside_rows / "README.md").write_text(_card("data/inside.jsonl", pattern), encoding="utf-8")
+    code, out, _ = run(capsys, "validate", str(dataset_beside_rows), "--json")
+    report = json.loads(out)
+    assert code == 1 and report["rows"] == {}, "nothing may be read"
+    (e,) = report["errors"]
+    assert e["message"] == (
+        f"{dataset_beside_rows / 'README.md'}: config 'chains' names data file {pattern!r}, which is outside "
+        "the dataset folder; data files must be relative paths inside it"
+    )
+
+
+@pytest.mark.parametrize("where", ["configs", "files"])
+def test_version_record_naming_files_outside_the_folder(capsys, folder_copy: Path, where: str) -> None:
+    (folder_copy.parent / "outside.jsonl").write_text("{}\n", encoding="utf-8")
+    record_path = folder_copy / "version.json"
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    if where == "configs":
+        record["configs"]["chains"]["path"] = "../outside.jsonl"
+        expected = "names data file '../outside.jsonl' for config 'chains', which is outside the folder"
+    else:
+        record["files"]["../outside.jsonl"] = {"size": 3, "sha256": "0" * 64}
+        expected = "version.json lists '../outside.jsonl', which is outside the folder"
+    record_path.write_text(json.dumps(record), encoding="utf-8")
+    code, out, _ = run(capsys, "validate", str(folder_copy), "--json")
+    report = json.loads(out)
+    assert code == 1
+    assert [e["message"] for e in report["errors"] if expected in e["message"]], report["errors"]

@@ -69,10 +69,10 @@ VERSIONS: tuple[VersionDef, ...] = (
     ),
     VersionDef(
         "1.1.0",
-        "Version 1.1.0 corrects the known problems of 1.0.0 (see below and `CHANGELOG.md`): chain ends "
-        "spelled differently from `target_true`, questions misspelling their subject, duplicated "
-        "broader-context entries, alias-map gaps and risky aliases; answers contained in their own "
-        "question and empty broader contexts are flagged in a per-row `flags` field. Row count and "
+        "Version 1.1.0 corrects the known problems of 1.0.0 (each change is listed below with its "
+        "count): chain ends spelled differently from `target_true`, questions misspelling their subject, "
+        "duplicated broader-context entries, alias-map gaps and risky aliases; answers contained in their "
+        "own question and empty broader contexts are flagged in a per-row `flags` field. Row count and "
         "`case_id`s are those of 1.0.0.",
         "1.0.0",
         STEPS_1_1_0,

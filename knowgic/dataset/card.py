@@ -198,7 +198,13 @@ def render_card(
         f"findings. On {version} it reports:\n\n"
     )
     if findings:
-        parts.append("\n".join(f"- `{f.code}` ({f.count}): {f.message}" for f in findings) + "\n")
+        parts.append(
+            "\n".join(
+                f"- `{f.code}` ({f.count}): {f.message}" + "".join(f"\n  - {line}" for line in f.lines)
+                for f in findings
+            )
+            + "\n"
+        )
     else:
         parts.append("- nothing.\n")
     parts.append(f"\n## What changed in {version}\n")

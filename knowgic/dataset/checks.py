@@ -22,13 +22,18 @@ Row = Mapping[str, Any]
 
 @dataclass
 class Finding:
-    """One kind of semantic problem: ``count`` occurrences, a few ``examples``, and numbers in ``details``."""
+    """One kind of semantic problem: ``count`` occurrences, a few ``examples``, and numbers in ``details``.
+
+    ``lines``, when given, are complete sub-lines (never cut short) that text reports show under the
+    message instead of the examples.
+    """
 
     code: str
     message: str
     count: int
     examples: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -412,7 +417,7 @@ def check_aliases(aliases: Mapping[str, Sequence[str]], rows: Sequence[Row] | No
         labels = {
             "target_true": "target_true values",
             "target_new": "target_new values",
-            "answers": "answers",
+            "answers": "chain and broader-context answers",
         }
         missing = {k: sorted(v - set(aliases)) for k, v in groups.items()}
         every = sorted(set().union(*missing.values()))
@@ -421,12 +426,16 @@ def check_aliases(aliases: Mapping[str, Sequence[str]], rows: Sequence[Row] | No
             out.append(
                 Finding(
                     "alias_missing",
-                    f"no alias-map entry for {', '.join(parts)} (exact spelling): "
-                    + ", ".join(repr(x) for x in every[:12])
-                    + (" ..." if len(every) > 12 else ""),
+                    f"no alias-map entry (exact spelling) for {', '.join(parts)}; "
+                    f"{len(every)} distinct names in all",
                     len(every),
                     [repr(x) for x in every[:MAX_EXAMPLES]],
                     {k: v for k, v in missing.items()},
+                    [
+                        f"{labels[k]} without an entry ({len(v)}): "
+                        + (", ".join(repr(x) for x in v) if v else "none")
+                        for k, v in missing.items()
+                    ],
                 )
             )
     risky = [(e, a, why) for e, names in aliases.items() for a in names if (why := alias_risk(a))]

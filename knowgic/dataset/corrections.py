@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from knowgic.dataset.checks import duplicate_broader_entries, row_flags
+from knowgic.dataset.checks import duplicate_broader_entries, restates_edit, row_flags
 from knowgic.dataset.derive import edit_id
 from knowgic.dataset.text import alias_risk
 from knowgic.errors import KnowgicError
@@ -110,6 +110,7 @@ def respell_entities(rows: Rows, aliases: Aliases) -> tuple[Rows, Aliases, list[
     changes: list[Change] = []
     for old, new in ENTITY_RESPELLINGS.items():
         final = other_chain = broader = subjects = 0
+        restating_before = [row["case_id"] for row in rows if restates_edit(row)]
         for row in rows:
             for name, block in _blocks(row):
                 for i, answer in enumerate(block["answers"]):
@@ -128,11 +129,22 @@ def respell_entities(rows: Rows, aliases: Aliases) -> tuple[Rows, Aliases, list[
         total = final + other_chain + broader + subjects
         if total == 0:
             raise CorrectionDrift(f"respelling {old!r} -> {new!r} matched nothing")
+        # a one-step chain whose only answer was misspelled becomes a restatement of the edit itself
+        restating = [row["case_id"] for row in rows if restates_edit(row)]
+        newly = sorted(set(restating) - set(restating_before))
+        note = (
+            f" With the respelling, the one-step chain{'s' if len(newly) > 1 else ''} of case_id "
+            f"{', '.join(map(str, newly))} now ask{'' if len(newly) > 1 else 's'} the edited fact itself "
+            f"(edited subject -> target_true): {len(restating)} rows restate the edit instead of "
+            f"{len(restating_before)} in 1.0.0 (flag `chain_restates_edit` below)."
+            if newly
+            else ""
+        )
         changes.append(
             Change(
                 f"Answers {old!r} -> {new!r}, the spelling of the rows' target_true: {final} chain final "
                 f"steps (the chains of {final} rows now end at target_true), {other_chain} other chain "
-                f"steps, {broader} broader-context entries, {subjects} subjects.",
+                f"steps, {broader} broader-context entries, {subjects} subjects.{note}",
                 total,
             )
         )

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import sys
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -71,13 +73,59 @@ def read_text(path: Path) -> str:
         ) from None
 
 
+class _BeyondLimits(ValueError):
+    """Well-formed JSON that cannot be held: nesting past the recursion limit, an integer too long for
+    ``int``, a string that is not text (an unpaired UTF-16 surrogate escape)."""
+
+
+def _parse_int(literal: str) -> int:
+    # int() refuses literals longer than sys.get_int_max_str_digits() with a message about
+    # set_int_max_str_digits; say what is wrong with the file instead.
+    limit = sys.get_int_max_str_digits()
+    digits = len(literal) - literal.startswith("-")
+    if limit and digits > limit:
+        raise _BeyondLimits(f"an integer literal has {digits} digits (at most {limit} can be read)")
+    return int(literal)
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _check_text(value: Any, text: str) -> None:
+    """Raise when a string or key of ``value`` holds an unpaired surrogate (``"\\ud800"`` is valid JSON
+    syntax but not Unicode text: it cannot be written as UTF-8, printed or hashed)."""
+    # text decoded from UTF-8 holds no surrogates of its own: only \u escapes can make them
+    if not _SURROGATE_ESCAPE.search(text):
+        return
+    dumped = json.dumps(value, ensure_ascii=False)
+    try:
+        dumped.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        context = dumped[max(0, exc.start - 40) : exc.start + 1]
+        raise _BeyondLimits(
+            f"a string holds an unpaired UTF-16 surrogate escape, which is not text (near {context!a})"
+        ) from None
+
+
+def _loads(text: str) -> Any:
+    """``json.loads``; the ways well-formed JSON can still not be read become :class:`_BeyondLimits`."""
+    try:
+        value = json.loads(text, parse_int=_parse_int)
+    except RecursionError:
+        raise _BeyondLimits("arrays or objects are nested too deeply to read") from None
+    _check_text(value, text)
+    return value
+
+
 def parse_json(text: str, where: str) -> Any:
     try:
-        return json.loads(text)
+        return _loads(text)
     except json.JSONDecodeError as exc:
         raise UnreadableInput(
             f"{where}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from None
+    except _BeyondLimits as exc:
+        raise UnreadableInput(f"{where}: unreadable JSON: {exc}") from None
 
 
 def read_json(path: Path) -> Any:
@@ -93,11 +141,13 @@ def read_jsonl(path: Path) -> list[Any]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            rows.append(_loads(line))
         except json.JSONDecodeError as exc:
             raise UnreadableInput(
                 f"{path}: line {lineno} is not valid JSON (column {exc.colno}: {exc.msg})"
             ) from None
+        except _BeyondLimits as exc:
+            raise UnreadableInput(f"{path}: line {lineno} is unreadable JSON: {exc}") from None
     return rows
 
 
@@ -109,8 +159,11 @@ def read_parquet(path: Path) -> list[Any]:
         raise KnowgicError(f"{path} does not exist")
     try:
         return pq.read_table(path).to_pylist()
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise UnreadableInput(f"{path}: not a readable Parquet file ({exc})") from None
+    except (pa.ArrowException, OSError, ValueError, OverflowError, TypeError, NotImplementedError) as exc:
+        # corrupt footers and pages (ArrowException, OSError), strings that are not UTF-8 (ValueError),
+        # dates and timestamps out of Python's range (OverflowError), types with no Python value
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise UnreadableInput(f"{path}: not a readable Parquet file ({detail})") from None
 
 
 def read_rows(path: Path) -> list[Any]:
@@ -129,6 +182,26 @@ def read_rows(path: Path) -> list[Any]:
         f"{path}: unsupported file type {suffix or '(none)'}; expected one of {', '.join(ROW_SUFFIXES)} "
         "or a dataset folder"
     )
+
+
+def path_inside(folder: Path, rel: str) -> Path | None:
+    """``folder / rel`` if it stays inside ``folder`` once ``..`` and symbolic links are resolved, else None.
+
+    A dataset folder names its files by relative paths (card ``data_files``, ``version.json``); an absolute
+    path, one climbing out with ``..``, a link leading out, or a name that is no file name (NUL, unpaired
+    surrogate) must not make a reader open files elsewhere.
+    """
+    if not rel or "\x00" in rel or Path(rel).is_absolute():
+        return None
+    try:
+        os.fsencode(rel)
+        root = folder.resolve()
+        target = (folder / rel).resolve()
+    except (OSError, RuntimeError, UnicodeError, ValueError):  # RuntimeError: a symbolic-link loop
+        return None
+    if target != root and root not in target.parents:
+        return None
+    return folder / rel
 
 
 def is_alias_map(data: Any) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from knowgic.dataset.io import file_sha256, read_json
+from knowgic.dataset.io import file_sha256, path_inside, read_json
 from knowgic.dataset.versions import VERSION_FILE, content_sha256, parse_semver, version_dir
 from knowgic.errors import KnowgicError
 
@@ -82,6 +82,8 @@ def verify_folder(folder: Path) -> dict[str, Any]:
             f"{record['sha256']} (the data were changed after the build)"
         )
     recorded = record.get("files") or {}
+    if not isinstance(recorded, dict):
+        raise KnowgicError(f"{record_path}: `files` must map each file to its size and sha256")
     actual = sorted(
         p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file() and p.name != VERSION_FILE
     )
@@ -91,10 +93,14 @@ def verify_folder(folder: Path) -> dict[str, Any]:
             f"refusing to publish {folder}: files not recorded in {VERSION_FILE}: {', '.join(extra)}"
         )
     for rel, meta in sorted(recorded.items()):
-        path = folder / rel
+        path = path_inside(folder, str(rel))
+        if path is None:
+            raise KnowgicError(
+                f"refusing to publish {folder}: {VERSION_FILE} lists {rel!r}, outside the folder"
+            )
         if not path.is_file():
             raise KnowgicError(f"refusing to publish {folder}: {rel} is missing")
-        if file_sha256(path) != meta.get("sha256"):
+        if not isinstance(meta, dict) or file_sha256(path) != meta.get("sha256"):
             raise KnowgicError(f"refusing to publish {folder}: {rel} differs from its recorded sha256")
     return record
 

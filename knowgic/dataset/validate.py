@@ -33,6 +33,7 @@ from knowgic.dataset.io import (
     file_sha256,
     is_alias_map,
     parse_json,
+    path_inside,
     read_json,
     read_rows,
     read_text,
@@ -121,7 +122,10 @@ class ValidationReport:
             lines.append(f"{len(self.warnings)} warnings:")
             for w in self.warnings:
                 lines.append(f"  - {w.code} ({w.count}): {w.message}")
-                lines += [f"      e.g. {x}" for x in w.examples[:3]]
+                if w.lines:
+                    lines += [f"      {x}" for x in w.lines]
+                else:
+                    lines += [f"      e.g. {x}" for x in w.examples[:3]]
         verdict = "FAILED" if self.errors else "OK"
         lines.append(f"{verdict}: {len(self.errors)} errors, {len(self.warnings)} warnings")
         return "\n".join(lines)
@@ -224,7 +228,8 @@ def _row_label(config: str, row: Any, index: int) -> str:
         value = row.get(key)
         usable = isinstance(value, int) and not isinstance(value, bool) if config == "chains" else bool(value)
         if usable and isinstance(value, int | str):
-            return f"{key} {value}"
+            text = str(value)
+            return f"{key} {text if len(text) <= 40 and text.isprintable() else _short(value, 40)}"
     return f"row {index}"
 
 
@@ -362,7 +367,7 @@ def _load_aliases(path: Path, report: ValidationReport) -> dict[str, list[str]] 
     try:
         raw = read_json(path)
     except UnreadableInput as exc:
-        report.errors.append(SchemaError(str(exc), str(path), "aliases"))
+        report.errors.append(SchemaError(str(exc).removeprefix(f"{path}: "), str(path), "aliases"))
         return None
     errs = alias_errors(raw, str(path))
     report.errors.extend(errs)
@@ -441,11 +446,43 @@ def read_card(folder: Path) -> dict[str, Any]:
         meta = yaml.safe_load(match.group(1))
     except yaml.YAMLError as exc:
         raise UnreadableInput(
-            f"{card}: the YAML metadata is not valid YAML ({exc})".replace("\n", " ")
+            f"{card}: the YAML metadata is not valid YAML ({' '.join(str(exc).split())})"
+        ) from None
+    except RecursionError:
+        raise UnreadableInput(f"{card}: the YAML metadata is nested too deeply to read") from None
+    except Exception as exc:  # PyYAML's constructors raise plain errors on values such as 2020-02-30
+        detail = " ".join(str(exc).split())
+        raise UnreadableInput(
+            f"{card}: the YAML metadata cannot be read ({type(exc).__name__}: {detail})"
         ) from None
     if not isinstance(meta, dict):
         raise UnreadableInput(f"{card}: the YAML metadata must be a mapping")
     return meta
+
+
+def _data_files(folder: Path, config: str, pattern: str) -> list[Path]:
+    """The files a ``data_files`` pattern names; refuses any that lies outside ``folder``."""
+
+    def outside() -> UnreadableInput:
+        return UnreadableInput(
+            f"{folder / 'README.md'}: config {config!r} names data file {pattern!r}, which is outside the "
+            "dataset folder; data files must be relative paths inside it"
+        )
+
+    if path_inside(folder, pattern) is None:
+        raise outside()
+    if not any(c in pattern for c in "*?["):
+        return [folder / pattern]
+    try:
+        matches = sorted(folder.glob(pattern))
+    except ValueError as exc:  # e.g. "**" inside a path component
+        raise UnreadableInput(
+            f"{folder / 'README.md'}: config {config!r} has a malformed data_files pattern {pattern!r} "
+            f"({exc})"
+        ) from None
+    if any(path_inside(folder, p.relative_to(folder).as_posix()) is None for p in matches):
+        raise outside()  # a match that is a symbolic link leading out of the folder
+    return matches
 
 
 def card_data_files(folder: Path, meta: Mapping[str, Any]) -> dict[str, list[Path]]:
@@ -471,10 +508,7 @@ def card_data_files(folder: Path, meta: Mapping[str, Any]) -> dict[str, list[Pat
                     raise UnreadableInput(
                         f"{card}: config {entry['config_name']!r} has a malformed data_files entry"
                     )
-                matches = (
-                    sorted(folder.glob(pattern)) if any(c in pattern for c in "*?[") else [folder / pattern]
-                )
-                paths.extend(matches)
+                paths.extend(_data_files(folder, entry["config_name"], pattern))
         out[entry["config_name"]] = paths
     return out
 
@@ -506,8 +540,12 @@ def _check_version_record(folder: Path, report: ValidationReport) -> None:
             )
         )
     for rel, meta in sorted(files.items()):
-        path = folder / str(rel)
-        if not isinstance(meta, dict):
+        path = path_inside(folder, str(rel))
+        if path is None:
+            report.errors.append(
+                SchemaError(f"{VERSION_FILE} lists {rel!r}, which is outside the folder", str(record_path))
+            )
+        elif not isinstance(meta, dict):
             report.errors.append(
                 SchemaError(f"malformed entry for {rel} in {VERSION_FILE}", str(record_path))
             )

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from knowgic.dataset.io import canonical_json, read_json, read_rows, sha256_text
+from knowgic.dataset.io import canonical_json, path_inside, read_json, read_rows, sha256_text
 from knowgic.dataset.schemas import CONFIG_SCHEMAS
 from knowgic.errors import KnowgicError
 from knowgic.paths import PACKAGE_DIR, spec_dir
@@ -114,7 +114,13 @@ def config_path(folder: Path, info: dict[str, Any], config: str) -> Path:
         path = None
     if not isinstance(path, str) or not path:
         raise KnowgicError(f"{folder / VERSION_FILE} names no data file for config {config!r}")
-    return folder / path
+    inside = path_inside(folder, path)
+    if inside is None:
+        raise KnowgicError(
+            f"{folder / VERSION_FILE} names data file {path!r} for config {config!r}, which is outside "
+            "the folder"
+        )
+    return inside
 
 
 def content_sha256(folder: Path) -> str:
