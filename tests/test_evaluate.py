@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +14,18 @@ from pathlib import Path
 import pytest
 
 from knowgic.cli import main
+from knowgic.errors import KnowgicError
+from knowgic.evaluation.commands import print_results
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
-from knowgic.evaluation.results import content_sha256, load_results, validation_errors
+from knowgic.evaluation.results import (
+    check_writable,
+    content_sha256,
+    load_results,
+    validation_errors,
+    write_run_outputs,
+)
+from knowgic.evaluation.spec import load_evaluation_spec
+from knowgic.paths import spec_dir
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +65,15 @@ def test_results_document(identity_run) -> None:
     assert len(doc["chains"]) == 1406
     assert {"case_id", "edit_id", "length", "active", "r_pre", "r_post"} == set(doc["chains"][0])
     assert len(doc["per_edit"]) == 26
+    # Every metric's definition version is recorded, as the spec declares it.
+    spec = load_evaluation_spec()
+    assert doc["metric_versions"] == {k: spec.metrics[k].version for k in doc["metrics"]}
+    # A null per-edit metric always says why.
+    for record in doc["per_edit"]:
+        nulls = {k for k in ("ifr", "preservation", "generalization", "specificity") if record[k] is None}
+        assert set(record["reasons"]) == nulls
+        assert all(record["reasons"].values())
+    assert any(record["reasons"] for record in doc["per_edit"])  # 2 edits have no question form
     # What was written is what was returned, and it verifies.
     written = load_results(identity_run.results_path)
     assert written == doc
@@ -60,13 +82,43 @@ def test_results_document(identity_run) -> None:
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_per_edit_null_without_reason_breaks_the_schema(identity_run) -> None:
+    doc = copy.deepcopy(identity_run.document)
+    record = next(r for r in doc["per_edit"] if r["generalization"] is None)
+    assert validation_errors(doc) == []
+    del record["reasons"]["generalization"]
+    assert any("generalization" in e and "/per_edit/" in e for e in validation_errors(doc))
+    record["reasons"]["generalization"] = "no question form"
+    record["specificity"] = None
+    assert any("specificity" in e for e in validation_errors(doc))
+    del doc["metric_versions"]
+    assert any("metric_versions" in e for e in validation_errors(doc))
+
+
+def test_printed_directions_come_from_the_spec(identity_run, tmp_path, capsys) -> None:
+    print_results(identity_run.document)
+    shipped = capsys.readouterr().out
+    assert re.search(r"IFR +│ +1\.0000 +│ +\d+ +│ lower", shipped)
+    assert re.search(r"Preservation +│ +1\.0000 +│ +\d+ +│ higher", shipped)
+    # Another spec: IFR labelled and directed differently, and the table follows it.
+    text = (spec_dir() / "benchmark.yaml").read_text(encoding="utf-8")
+    changed = text.replace(
+        "  ifr:\n    label: IFR\n    version: 1\n    direction: lower\n",
+        ("  ifr:\n    label: Indirect recovery\n    version: 1\n    direction: higher\n"),
+    )
+    assert changed != text
+    (tmp_path / "benchmark.yaml").write_text(changed, encoding="utf-8")
+    print_results(identity_run.document, spec=load_evaluation_spec(tmp_path / "benchmark.yaml"))
+    printed = capsys.readouterr().out
+    assert re.search(r"Indirect recovery +│ +1\.0000 +│ +\d+ +│ higher", printed)
+    assert not re.search(r"IFR +│ +1\.0000 +│ +\d+ +│ lower", printed)
+
+
 def test_tampered_results_are_refused(identity_run, tmp_path) -> None:
     doc = json.loads(identity_run.results_path.read_text())
     doc["metrics"]["ifr"]["value"] = 0.01
     path = tmp_path / "results.json"
     path.write_text(json.dumps(doc))
-    from knowgic.errors import KnowgicError
-
     with pytest.raises(KnowgicError, match="sha256 does not match"):
         load_results(path)
 
@@ -89,6 +141,28 @@ def test_pre_edit_scores_are_cached(knowgic_tiny, tmp_path, monkeypatch) -> None
     assert not first.document["timing"]["pre_scores_cached"]
     assert second.document["timing"]["pre_scores_cached"]
     assert first.document["metrics"] == second.document["metrics"]
+
+
+def test_float32_and_bfloat16_runs_use_different_cache_entries(knowgic_tiny, tmp_path, monkeypatch) -> None:
+    from knowgic.models.loading import load_model
+
+    monkeypatch.setenv("KNOWGIC_CACHE", str(tmp_path / "cache"))
+    f32 = evaluate(
+        EvaluationRequest(model="knowgic-tiny", editor="none", limit=1), progress=False, loaded=knowgic_tiny
+    )
+    bf16_model = load_model("knowgic-tiny", dtype="bfloat16", device="cpu")
+    bf16_request = EvaluationRequest(model="knowgic-tiny", editor="none", limit=1, dtype="bfloat16")
+    bf16 = evaluate(bf16_request, progress=False, loaded=bf16_model)
+    assert not f32.document["timing"]["pre_scores_cached"]
+    # The float32 entry is not reused for bfloat16: its own scores are computed and stored beside it.
+    assert not bf16.document["timing"]["pre_scores_cached"]
+    assert len(list((tmp_path / "cache" / "scores").rglob("*.json"))) == 2
+    assert bf16.document["config"]["dtype"] == "bfloat16"
+    again = evaluate(bf16_request, progress=False, loaded=bf16_model)
+    assert again.document["timing"]["pre_scores_cached"]
+    assert again.document["metrics"] == bf16.document["metrics"]
+    # With pre- and post-edit scores from the same dtype, no edit means IFR 1.
+    assert bf16.document["metrics"]["ifr"]["value"] == pytest.approx(1.0, abs=1e-6)
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -152,6 +226,81 @@ def test_malformed_hparams(tmp_path, capsys) -> None:
     code = _run_main(["evaluate", "--model", "knowgic-tiny", "--editor", "ice", "--hparams", str(missing)])
     assert code == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_unknown_model_creates_no_output_folder(tmp_path, capsys) -> None:
+    out = tmp_path / "new" / "run"
+    code = _run_main(["evaluate", "--model", "no-such-model-xyz", "--editor", "none", "--out", str(out)])
+    assert code == 2
+    assert "no-such-model-xyz" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_check_writable_creates_nothing(tmp_path) -> None:
+    check_writable(tmp_path / "a" / "b")
+    check_writable(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    try:
+        if os.access(locked, os.W_OK):  # root ignores permission bits
+            pytest.skip("running as a user that can write anywhere")
+        with pytest.raises(KnowgicError, match="not writable"):
+            check_writable(locked / "run")
+        assert list(locked.iterdir()) == []
+    finally:
+        locked.chmod(0o755)
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_failed_write_leaves_nothing_new(identity_run, tmp_path, monkeypatch, existing: bool) -> None:
+    import knowgic.evaluation.plots as plots
+
+    out = tmp_path / "run"
+    if existing:
+        out.mkdir()
+        (out / "results.json").write_text("old run")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+
+    def broken_plot(document, path):
+        path.write_bytes(b"half a plot")
+        raise RuntimeError("plotting failed")
+
+    monkeypatch.setattr(plots, "plot_per_edit", broken_plot)
+    with pytest.raises(RuntimeError, match="plotting failed"):
+        write_run_outputs(
+            identity_run.document, out, lambda folder: plots.write_plots(identity_run.document, folder)
+        )
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    if existing:
+        assert (out / "results.json").read_text() == "old run"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_outputs_have_normal_permissions(identity_run, tmp_path, umask: int) -> None:
+    from knowgic.evaluation.plots import write_plots
+
+    previous = os.umask(umask)
+    try:
+        results, plots = write_run_outputs(
+            identity_run.document, tmp_path / "new" / "run", lambda f: write_plots(identity_run.document, f)
+        )
+        # Into an existing folder too (files moved in one by one).
+        again, _ = write_run_outputs(identity_run.document, tmp_path / "new" / "run")
+    finally:
+        os.umask(previous)
+    assert results == again == tmp_path / "new" / "run" / "results.json"
+    assert [p.name for p in plots] == ["ifr_by_length.png", "per_edit.png"]
+    for path in (results, *plots):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~umask, path
+    assert stat.S_IMODE(results.parent.stat().st_mode) == 0o755 & ~umask
+    assert load_results(results) == identity_run.document
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["run"]
+    assert sorted(p.name for p in results.parent.iterdir()) == [
+        "ifr_by_length.png",
+        "per_edit.png",
+        "results.json",
+    ]
 
 
 def test_unwritable_output_folder(tmp_path, capsys) -> None:

@@ -15,8 +15,10 @@ from knowgic.editors.ice import InContextEditor
 from knowgic.editors.none import NoEdit
 from knowgic.errors import KnowgicError, RestoreError
 from knowgic.evaluation.harness import run_edits
+from knowgic.evaluation.outcomes import collect_outcomes, compute_metrics
 from knowgic.evaluation.plan import EvalPlan, build_plan
 from knowgic.records import Case, EditRequest
+from knowgic.scoring.base import Scores
 from knowgic.scoring.logprob import LogprobScorer
 from tests.conftest import UPSTREAM_CHAINS
 
@@ -63,7 +65,7 @@ def test_no_edit_leaves_scores_unchanged(random_gpt2, small_plan) -> None:
     run = run_edits(model, tok, NoEdit(), LogprobScorer(), small_plan, pre, progress=False)
     for edit in small_plan.edits:
         post = run.post[edit.edit_id]
-        assert list(post.indices) == list(edit.post_queries)
+        assert list(post.indices) == list(edit.post_queries(pre.known))
         # Equal up to float32 rounding: the subset is batched differently from the full pre-edit pass.
         np.testing.assert_allclose(post.scores.p, pre.p[post.indices], rtol=1e-5, atol=1e-12)
         np.testing.assert_array_equal(post.scores.known, pre.known[post.indices])
@@ -129,7 +131,7 @@ def test_sequential_mode_stacks_edits_and_restores_all(random_gpt2, small_plan) 
     # The second edit was applied on top of the first.
     assert torch.allclose(seen[1], saved + 2 * 5.0 * torch.linspace(-1.0, 1.0, saved.numel()))
     assert torch.equal(bias, saved)
-    union = sorted({i for e in small_plan.edits for i in e.post_queries})
+    union = sorted({i for e in small_plan.edits for i in e.post_queries(pre.known)})
     assert sum(len(p.indices) for p in run.post.values()) >= len(union)
     # Sequential ICE concatenates both prefixes.
     ice = run_edits(
@@ -147,3 +149,46 @@ def test_failing_editor_names_the_edit(random_gpt2, small_plan) -> None:
         run_edits(model, tok, Failing(), LogprobScorer(), small_plan, pre, progress=False)
     with pytest.raises(KnowgicError, match="unknown mode"):
         run_edits(model, tok, NoEdit(), LogprobScorer(), small_plan, pre, mode="parallel", progress=False)
+
+
+def test_fallback_neighbours_are_scored_only_when_used(random_gpt2) -> None:
+    model, tok = random_gpt2
+    rows = json.loads(UPSTREAM_CHAINS.read_text(encoding="utf-8"))
+    full = build_plan([Case.from_row(r) for r in rows], {}, fallback_neighbours=3)
+    # Steve Ballmer's edit (3 rows) has same-relation neighbours ("... was employed by").
+    edit = next(e for e in full.edits if e.request.subject == "Steve Ballmer")
+    plan = EvalPlan(queries=full.queries, edits=[edit], total_rows=full.total_rows)
+    assert len(edit.same_relation) >= 2 and len(edit.fallback) == 3
+    measured = LogprobScorer().score(model, tok, plan.queries)
+    base = {edit.rewrite.true_query, edit.rewrite.new_query}
+    if edit.question is not None:
+        base |= {edit.question.true_query, edit.question.new_query}
+    base |= {q for chain in edit.chains for q in chain.step_queries} | {f.query for f in edit.broader}
+    same_queries = {q for n in edit.same_relation for q in (n.true_query, n.new_query)}
+    fallback_queries = {q for n in edit.fallback for q in (n.true_query, n.new_query)}
+    same_only, fallback_only = same_queries - base, fallback_queries - base
+    assert same_only and fallback_only
+
+    # Crafted pre-edit knowledge: every fact known except the edit's same-relation facts.
+    known = np.ones(len(plan.queries), dtype=bool)
+    known[[n.true_query for n in edit.same_relation]] = False
+    run = run_edits(model, tok, NoEdit(), LogprobScorer(), plan, Scores(measured.p, known), progress=False)
+    scored = set(run.post[edit.edit_id].indices.tolist())
+    assert fallback_queries <= scored and not same_only & scored
+    out = collect_outcomes(plan, run)
+    assert out.neighbourhoods[edit.edit_id] == "other-graphs"
+    assert [n.fact for n in out.neighbours] == [n.fact for n in edit.fallback]
+    metrics = compute_metrics(out)
+    assert metrics["specificity_other_graphs"]["n"] == 3
+    assert metrics["specificity_same_relation"]["value"] is None
+
+    # One known same-relation fact: the same-relation neighbourhood is kept, the fallback is never scored.
+    known[edit.same_relation[0].true_query] = True
+    run = run_edits(model, tok, NoEdit(), LogprobScorer(), plan, Scores(measured.p, known), progress=False)
+    scored = set(run.post[edit.edit_id].indices.tolist())
+    assert same_queries <= scored and not fallback_only & scored
+    out = collect_outcomes(plan, run)
+    assert out.neighbourhoods[edit.edit_id] == "same-relation"
+    metrics = compute_metrics(out)
+    assert metrics["specificity_same_relation"]["n"] == 1
+    assert metrics["specificity_other_graphs"]["value"] is None

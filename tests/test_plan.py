@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from knowgic.evaluation.plan import QUESTION_CLOZE, build_plan
@@ -34,8 +35,9 @@ def test_rows_grouped_by_edit(upstream_cases, aliases) -> None:
 def test_queries_are_distinct_and_complete(upstream_cases, aliases) -> None:
     plan = build_plan(upstream_cases, aliases)
     assert len(set(plan.queries)) == len(plan.queries)
+    everything_known = np.ones(len(plan.queries), dtype=bool)
     for edit in plan.edits:
-        needed = set(edit.post_queries)
+        needed = set(edit.post_queries(everything_known))
         for chain in edit.chains:
             assert set(chain.step_queries) <= needed
         assert {f.query for f in edit.broader} <= needed
@@ -74,22 +76,53 @@ def test_question_forms(upstream_cases, aliases) -> None:
 
 def test_neighbourhoods(upstream_cases, aliases) -> None:
     plan = build_plan(upstream_cases, aliases)
-    kinds = Counter(e.neighbourhood_kind for e in plan.edits)
+    known = np.ones(len(plan.queries), dtype=bool)
+    kinds = Counter(e.neighbourhood(known).kind for e in plan.edits)
     assert kinds["none"] == 0
     harry = next(e for e in plan.edits if e.request.subject == "Harry Potter")
-    assert harry.neighbourhood_kind == "same-relation"
-    subjects = {n.fact[0] for n in harry.neighbours}
+    assert harry.neighbourhood(known).kind == "same-relation"
+    subjects = {n.fact[0] for n in harry.same_relation}
     # Other students keep their school; students that are themselves edited are never neighbours.
     assert "Harry Potter" not in subjects
     assert "Ron Weasley" not in subjects and "Hermione Granger" not in subjects
     edited = {(e.request.subject, e.request.prompt) for e in plan.edits}
     for edit in plan.edits:
-        for n in edit.neighbours:
+        for n in (*edit.same_relation, *edit.fallback):
             assert (n.fact[0], n.fact[1]) not in edited
             assert n.fact[2].casefold() != edit.request.target_new.casefold()
             assert plan.queries[n.new_query].answers[0] == edit.request.target_new
-        if edit.neighbourhood_kind == "other-graphs":
-            assert 0 < len(edit.neighbours) <= 10
+        # Both sets are planned for every edit; the fallback never repeats the edit's own relation.
+        assert 0 < len(edit.fallback) <= 10
+        assert all(plan.queries[n.true_query].prompt != edit.request.prompt for n in edit.fallback)
+        if not edit.same_relation:
+            assert edit.neighbourhood(known).kind == "other-graphs"
+
+
+def test_fallback_applies_when_no_same_relation_fact_is_known(upstream_cases, aliases) -> None:
+    plan = build_plan(upstream_cases, aliases)
+    harry = next(e for e in plan.edits if e.request.subject == "Harry Potter")
+    assert len(harry.same_relation) > 1
+    base = {harry.rewrite.true_query, harry.rewrite.new_query}
+    base |= {harry.question.true_query, harry.question.new_query}
+    base |= {q for chain in harry.chains for q in chain.step_queries} | {f.query for f in harry.broader}
+    same = {q for n in harry.same_relation for q in (n.true_query, n.new_query)}
+    fallback = {q for n in harry.fallback for q in (n.true_query, n.new_query)}
+
+    # The unedited model knows every fact but the same-relation ones: the fallback is used, and only the
+    # fallback neighbours are scored after the edit.
+    known = np.ones(len(plan.queries), dtype=bool)
+    known[[n.true_query for n in harry.same_relation]] = False
+    hood = harry.neighbourhood(known)
+    assert hood.kind == "other-graphs" and hood.neighbours == tuple(harry.fallback)
+    assert set(harry.post_queries(known)) == base | fallback
+    assert not (same - base) & set(harry.post_queries(known))
+
+    # One known same-relation fact is enough to keep the same-relation neighbourhood (all of it; the
+    # metric counts the known ones), and then no fallback fact is scored.
+    known[harry.same_relation[-1].true_query] = True
+    hood = harry.neighbourhood(known)
+    assert hood.kind == "same-relation" and hood.neighbours == tuple(harry.same_relation)
+    assert set(harry.post_queries(known)) == base | same
 
 
 def test_limit_keeps_first_edits_and_n_gold(upstream_cases, aliases) -> None:
@@ -105,4 +138,6 @@ def test_deterministic(upstream_cases, aliases) -> None:
     a = build_plan(upstream_cases, aliases)
     b = build_plan(upstream_cases, aliases)
     assert a.queries == b.queries
-    assert [e.post_queries for e in a.edits] == [e.post_queries for e in b.edits]
+    known = np.ones(len(a.queries), dtype=bool)
+    assert [e.post_queries(known) for e in a.edits] == [e.post_queries(known) for e in b.edits]
+    assert [e.fallback for e in a.edits] == [e.fallback for e in b.edits]

@@ -29,6 +29,8 @@ def _key(**changes):
         "dataset_sha256": "d" * 64,
         "queries_sha256": queries_sha256([Q1, Q2]),
         "prefix": "",
+        "dtype": "float32",
+        "device_type": "cpu",
     }
     parts.update(changes)
     return ScoreCache.key(**parts)
@@ -64,8 +66,14 @@ def test_key_depends_on_every_part():
         _key(dataset_sha256="e" * 64),
         _key(queries_sha256=queries_sha256([Q2, Q1])),
         _key(prefix="Imagine that x. "),
+        _key(dtype="bfloat16"),
+        _key(dtype="float16"),
+        _key(device_type="cuda"),
+        _key(protocol="generate", params={"k": 5, "chat": True}),
     ]
     assert len({base, *variants}) == 1 + len(variants)
+    # The chat-template decision is one of the generation protocols' parameters, so it is in the key.
+    assert _key(protocol="generate", params={"k": 5, "chat": False}) != variants[-1]
     # parameter order does not matter
     assert _key(params={"answer_leading_space": "auto", "batch_size": 64}) == base
     assert queries_sha256([Q1]) != queries_sha256([Q3])  # n_gold is part of a query

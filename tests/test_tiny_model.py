@@ -155,6 +155,45 @@ def test_tokenizer_represents_every_benchmark_string(facts) -> None:
     assert after[-len(alone) :] == alone
 
 
+def _benchmark_strings() -> list[str]:
+    """Every string of every dataset version a scorer may tokenize, read from the dataset itself."""
+    from knowgic.dataset.loading import load_aliases, load_cases
+    from knowgic.dataset.versions import available_versions
+
+    strings: list[str] = []
+    for version in available_versions():
+        for case in load_cases(version):
+            r = case.request
+            strings += [r.subject, r.rewrite_text, r.target_true, r.target_new]
+            for fact in (*case.chain.facts, *case.broader_context.facts):
+                strings += [fact.subject, fact.prompt.format(fact.subject), fact.answer, fact.question]
+        for name, aliases in load_aliases(version).items():
+            strings += [name, *aliases]
+    return [s for s in dict.fromkeys(strings) if s]
+
+
+def test_shipped_tokenizer_represents_every_benchmark_string() -> None:
+    from tokenizers import Tokenizer, pre_tokenizers
+
+    from knowgic.models.tiny.build import PREBUILT_DIR
+
+    shipped = PREBUILT_DIR / "tokenizer.json"
+    raw = Tokenizer.from_file(str(shipped))
+    # Every byte has a token, so byte-level BPE can spell any text (this BPE has no unknown token: a
+    # missing byte would be dropped silently, which the round trip below would show).
+    assert set(pre_tokenizers.ByteLevel.alphabet()) <= set(raw.get_vocab())
+    tok = AutoTokenizer.from_pretrained(PREBUILT_DIR)  # what the model loads: the same file
+    strings = _benchmark_strings()
+    assert len(strings) > 1000
+    for text in strings:
+        # Alone (as at the start of a prompt) and after other text (as an answer after its prompt).
+        for form in (text, "x. " + text):
+            ids = tok(form, add_special_tokens=False)["input_ids"]
+            assert ids and tok.unk_token_id not in ids, form
+            assert raw.encode(form, add_special_tokens=False).ids == ids, form
+            assert tok.decode(ids) == form, form
+
+
 def test_routing_codes_cut_only_edges_from_the_sentence_to_its_subject() -> None:
     early, late = subject_routing_codes(8, [(1, 3, 6)], isolate_subject=True)
     causal = torch.ones(8, 8, dtype=torch.int8).tril()

@@ -1,13 +1,24 @@
-"""Speed and memory benchmark (``knowgic bench``): prints one JSON line of ratios measured in one process.
+"""Speed and memory benchmark (``knowgic bench``): prints one JSON line of figures measured in one process.
 
-- ``speedup_vs_naive``: the naive protocol (for each row: score its queries on the pristine model one at a
-  time, apply the row's edit, score them again one at a time, restore) over the full evaluation (edits
-  grouped, queries deduplicated and batched, pre-edit scores computed once). The naive protocol is timed
-  on a uniform random sample of rows (seeded) and its mean per-row time scaled to all rows, unless
-  ``--naive-rows`` equals the row count; the JSON says which.
-- ``scoring_vs_forward_ratio``: the logprob scorer's time over a bare batched forward pass of the same
-  tokens (no scoring), both on the unedited model.
-- ``peak_rss_mb`` against ``model_size_mb + 1024``.
+- ``speedup_vs_naive`` = naive protocol time / full evaluation time, both with ``logprob``.
+  The *full evaluation* is ``knowgic evaluate``: rows grouped by edit (each edit applied and restored
+  once), queries deduplicated and batched, pre-edit scores computed once (the score cache is bypassed, so
+  they are computed and timed), restore checks included.
+  The *naive protocol* is what a direct implementation does: for each row, apply the row's edit to the
+  pristine model, score each of the row's queries one at a time, restore; nothing else (no pre-edit
+  pass per row). A row's queries are its chain steps, its own broader-context facts, the rewrite prompt
+  with both targets, the question form with both targets, and the edit's neighbours (the neighbourhood
+  the full evaluation chose).
+  By default the naive protocol is timed on a seeded uniform sample of ``DEFAULT_NAIVE_SAMPLE`` rows and
+  its mean time per row is scaled to all rows; ``naive_rows_measured`` and ``naive_extrapolated`` say
+  which. ``--naive-rows`` at or above the number of rows times every row (no extrapolation).
+- ``scoring_vs_forward_ratio``: the logprob scorer's time over a bare batched forward pass on the same
+  token rows and batches (:mod:`knowgic.scoring.forward`, which says how the two passes differ), with the
+  scorer's tokenization cache warm as in every post-edit call; ``scoring_vs_forward_ratio_cold`` includes
+  tokenization. Best of ``repeats`` interleaved measurements, on the unedited model.
+- ``peak_rss_mb`` (the process's peak resident memory) against ``model_size_mb + 1024``.
+
+``--limit N`` restricts everything to the first N distinct edits and their rows, for a quick run.
 """
 
 from __future__ import annotations
@@ -17,45 +28,66 @@ import random
 import resource
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
+from knowgic.editors.base import Editor
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate, make_editor
-from knowgic.evaluation.plan import EditPlan, EvalPlan, build_plan
+from knowgic.evaluation.plan import EditPlan, EvalPlan
 from knowgic.models.base import LoadedModel
 from knowgic.scoring.base import Scorer
 
 DEFAULT_NAIVE_SAMPLE = 100
 
 
-def _row_queries(edit: EditPlan, case_id: int) -> list[int]:
-    """What the naive protocol scores for one row: its chain, its edit's broader context, targets, neighbours."""
-    chain = next(c for c in edit.chains if c.case_id == case_id)
-    needed = list(chain.step_queries) + [f.query for f in edit.broader]
-    needed += [edit.rewrite.true_query, edit.rewrite.new_query]
-    if edit.question is not None:
-        needed += [edit.question.true_query, edit.question.new_query]
-    for n in edit.neighbours:
-        needed += [n.true_query, n.new_query]
-    return needed
+@dataclass(frozen=True)
+class NaiveRow:
+    """One dataset row as the naive protocol sees it: its edit and the query indices it scores."""
+
+    edit: EditPlan
+    case_id: int
+    queries: tuple[int, ...]
 
 
-def naive_seconds_per_row(
-    loaded: LoadedModel, editor: Any, scorer: Scorer, plan: EvalPlan, rows: list[tuple[EditPlan, int]]
+def naive_rows(
+    plan: EvalPlan, broader_of_case: dict[int, list[tuple[str, str, str]]], known_pre: np.ndarray
+) -> list[NaiveRow]:
+    """Every row of the plan with its queries (see the module docstring), in dataset order."""
+    rows = []
+    for edit in plan.edits:
+        fact_query = {f.fact: f.query for f in edit.broader}
+        targets = [edit.rewrite.true_query, edit.rewrite.new_query]
+        if edit.question is not None:
+            targets += [edit.question.true_query, edit.question.new_query]
+        neighbours = [
+            q for n in edit.neighbourhood(known_pre).neighbours for q in (n.true_query, n.new_query)
+        ]
+        for chain in edit.chains:
+            broader = [fact_query[key] for key in broader_of_case[chain.case_id]]
+            queries = (*chain.step_queries, *broader, *targets, *neighbours)
+            rows.append(NaiveRow(edit=edit, case_id=chain.case_id, queries=queries))
+    return rows
+
+
+def naive_seconds(
+    loaded: LoadedModel, editor: Editor, scorer: Scorer, plan: EvalPlan, rows: Sequence[NaiveRow]
 ) -> float:
+    """Wall-clock seconds of the naive protocol on ``rows``: apply, score one query at a time, restore."""
     model, tok = loaded.model, loaded.tokenizer
     start = time.perf_counter()
-    for edit, case_id in rows:
-        queries = [plan.queries[i] for i in _row_queries(edit, case_id)]
-        for q in queries:
-            scorer.score(model, tok, [q])
+    for row in rows:
         editor.reset()
-        handle = editor.apply(model, tok, [edit.request])
-        for q in queries:
-            scorer.score(model, tok, [q], prefix=handle.prompt_prefix)
-        handle.restore()
-    return (time.perf_counter() - start) / max(1, len(rows))
+        handle = editor.apply(model, tok, [row.edit.request])
+        try:
+            for i in row.queries:
+                scorer.score(model, tok, [plan.queries[i]], prefix=handle.prompt_prefix)
+        finally:
+            handle.restore()
+    return time.perf_counter() - start
 
 
 def model_size_mb(model: torch.nn.Module) -> float:
@@ -73,57 +105,76 @@ def peak_rss_mb() -> float:
 def run_benchmark(
     model: str = "knowgic-tiny",
     editor: str = "rome",
-    naive_rows: int | None = None,
+    naive_rows_measured: int | None = None,
     dataset_version: str | None = None,
+    limit: int | None = None,
+    repeats: int = 3,
+    seed: int = 0,
 ) -> dict[str, Any]:
-    from knowgic.dataset.loading import load_aliases, load_cases
+    """Run the benchmark, print its JSON line and return it as a dict."""
+    from knowgic.dataset.loading import load_cases
+    from knowgic.editors.registry import resolve_editor
     from knowgic.models.loading import load_model
     from knowgic.scoring import make_scorer
-    from knowgic.scoring.forward import bare_forward_seconds
+    from knowgic.scoring.forward import measure_scoring_ratio
 
+    request = EvaluationRequest(
+        model=model,
+        editor=editor,
+        protocol="logprob",
+        dataset_version=dataset_version,
+        limit=limit,
+        seed=seed,
+        use_cache=False,
+    )
     loaded = load_model(model, progress=False)
-    request = EvaluationRequest(model=model, editor=editor, dataset_version=dataset_version, use_cache=False)
 
     start = time.perf_counter()
     run = evaluate(request, progress=False, loaded=loaded)
     full_seconds = time.perf_counter() - start
 
+    plan = run.plan
     version = run.document["dataset"]["version"]
-    plan = build_plan(load_cases(version), load_aliases(version))
+    broader_of_case = {
+        case.case_id: [fact.key for fact in case.broader_context.facts] for case in load_cases(version)
+    }
+    all_rows = naive_rows(plan, broader_of_case, run.scores.pre.known)
+    n_measured = min(len(all_rows), naive_rows_measured or DEFAULT_NAIVE_SAMPLE)
+    measured = all_rows if n_measured == len(all_rows) else random.Random(seed).sample(all_rows, n_measured)
+    naive_editor, _, _ = make_editor(request, resolve_editor(editor), loaded)
     scorer = make_scorer("logprob")
-    from knowgic.editors.registry import resolve_editor
+    naive_measured_seconds = naive_seconds(loaded, naive_editor, scorer, plan, measured)
+    naive_total = naive_measured_seconds / n_measured * len(all_rows)
 
-    edit_obj, _, _ = make_editor(request, resolve_editor(editor), loaded)
-    all_rows = [(edit, chain.case_id) for edit in plan.edits for chain in edit.chains]
-    n_sample = min(len(all_rows), naive_rows or DEFAULT_NAIVE_SAMPLE)
-    sample = all_rows if n_sample == len(all_rows) else random.Random(0).sample(all_rows, n_sample)
-    per_row = naive_seconds_per_row(loaded, edit_obj, scorer, plan, sample)
-    naive_total = per_row * len(all_rows)
-
-    # Scorer vs a bare forward pass on the same tokens, same batch size, unedited model.
-    start = time.perf_counter()
-    scorer.score(loaded.model, loaded.tokenizer, plan.queries)
-    scoring = time.perf_counter() - start
-    forward = bare_forward_seconds(loaded.model, loaded.tokenizer, plan.queries, scorer.params["batch_size"])
-
+    speed = measure_scoring_ratio(
+        loaded.model, loaded.tokenizer, plan.queries, batch_size=scorer.params["batch_size"], repeats=repeats
+    )
     size = model_size_mb(loaded.model)
     rss = peak_rss_mb()
     report = {
         "model": model,
         "editor": editor,
         "dataset_version": version,
+        "limit": limit,
+        "device": loaded.device,
+        "dtype": loaded.dtype,
         "rows": len(all_rows),
         "edits": len(plan.edits),
         "distinct_queries": len(plan.queries),
+        "naive_queries": sum(len(r.queries) for r in all_rows),
         "full_evaluation_seconds": round(full_seconds, 3),
-        "naive_seconds_per_row": round(per_row, 4),
-        "naive_rows_measured": n_sample,
-        "naive_extrapolated": n_sample < len(all_rows),
+        "naive_rows_measured": n_measured,
+        "naive_extrapolated": n_measured < len(all_rows),
+        "naive_measured_seconds": round(naive_measured_seconds, 3),
+        "naive_seconds_per_row": round(naive_measured_seconds / n_measured, 4),
         "naive_total_seconds": round(naive_total, 2),
         "speedup_vs_naive": round(naive_total / full_seconds, 2),
-        "scoring_seconds": round(scoring, 4),
-        "bare_forward_seconds": round(forward, 4),
-        "scoring_vs_forward_ratio": round(scoring / forward, 3),
+        "scoring_seconds": round(speed.scoring_warm_s, 4),
+        "scoring_cold_seconds": round(speed.scoring_cold_s, 4),
+        "bare_forward_seconds": round(speed.forward_s, 4),
+        "scoring_vs_forward_ratio": round(speed.ratio_warm, 3),
+        "scoring_vs_forward_ratio_cold": round(speed.ratio_cold, 3),
+        "bare_forward_logits": "full",
         "peak_rss_mb": round(rss, 1),
         "model_size_mb": round(size, 2),
         "rss_budget_mb": round(size + 1024, 1),

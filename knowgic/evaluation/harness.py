@@ -94,7 +94,8 @@ def run_edits(
 ) -> RunScores:
     """Apply the plan's edits in ``mode`` and score each edit's queries after it.
 
-    ``pre`` are the unedited model's scores of ``plan.queries`` (computed or cached by the caller).
+    ``pre`` are the unedited model's scores of ``plan.queries`` (computed or cached by the caller); they
+    decide each edit's neighbourhood, hence which queries it scores (:meth:`EditPlan.post_queries`).
     """
     if mode not in MODES:
         raise KnowgicError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
@@ -110,7 +111,7 @@ def run_edits(
             applied = time.perf_counter()
             try:
                 run.post[edit.edit_id] = _score_subset(
-                    scorer, model, tokenizer, plan.queries, edit.post_queries, handle.prompt_prefix
+                    scorer, model, tokenizer, plan.queries, edit.post_queries(pre.known), handle.prompt_prefix
                 )
             finally:
                 scored = time.perf_counter()
@@ -134,15 +135,16 @@ def run_edits(
             run.edit_seconds[edit.edit_id] = time.perf_counter() - start
             run.edit_info[edit.edit_id] = dict(handles[-1].info)
         prefix = "".join(h.prompt_prefix for h in handles)
-        needed = sorted({i for edit in plan.edits for i in edit.post_queries})
+        post_queries = {edit.edit_id: edit.post_queries(pre.known) for edit in plan.edits}
+        needed = sorted({i for queries in post_queries.values() for i in queries})
         start = time.perf_counter()
         union = _score_subset(scorer, model, tokenizer, plan.queries, needed, prefix)
         run.scoring_seconds = time.perf_counter() - start
         position = {int(q): k for k, q in enumerate(union.indices)}
         for edit in plan.edits:
-            rows = np.asarray([position[i] for i in edit.post_queries], dtype=np.int64)
+            rows = np.asarray([position[i] for i in post_queries[edit.edit_id]], dtype=np.int64)
             run.post[edit.edit_id] = PostScores(
-                indices=np.asarray(edit.post_queries, dtype=np.int64),
+                indices=np.asarray(post_queries[edit.edit_id], dtype=np.int64),
                 scores=Scores(p=union.scores.p[rows], known=union.scores.known[rows]),
             )
     finally:

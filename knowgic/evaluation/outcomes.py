@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from knowgic import metrics as M
@@ -18,6 +18,7 @@ class Outcomes:
     question: list[M.TargetOutcome]
     neighbours: list[M.NeighbourOutcome]
     neighbour_kinds: list[str]
+    neighbourhoods: dict[str, str] = field(default_factory=dict)  # edit id -> kind of its neighbourhood
 
 
 def collect_outcomes(plan: EvalPlan, run: RunScores) -> Outcomes:
@@ -56,7 +57,9 @@ def collect_outcomes(plan: EvalPlan, run: RunScores) -> Outcomes:
                     edit.edit_id, post[edit.question.new_query][0], post[edit.question.true_query][0]
                 )
             )
-        for n in edit.neighbours:
+        hood = edit.neighbourhood(pre_known)
+        out.neighbourhoods[edit.edit_id] = hood.kind
+        for n in hood.neighbours:
             out.neighbours.append(
                 M.NeighbourOutcome(
                     edit_id=edit.edit_id,
@@ -66,8 +69,25 @@ def collect_outcomes(plan: EvalPlan, run: RunScores) -> Outcomes:
                     known_pre=bool(pre_known[n.true_query]),
                 )
             )
-            out.neighbour_kinds.append(edit.neighbourhood_kind)
+            out.neighbour_kinds.append(hood.kind)
     return out
+
+
+METRIC_NAMES = (
+    "ifr",
+    "ifr_uncapped",
+    "ifr_by_length",
+    "preservation",
+    "preservation_macro",
+    "efficacy",
+    "efficacy_magnitude",
+    "generalization",
+    "specificity",
+    "specificity_same_relation",
+    "specificity_other_graphs",
+    "deep_editing_score",
+)
+"""The keys of :func:`compute_metrics`; each must be declared (with its version) in the benchmark spec."""
 
 
 def metric_entry(value: M.MetricValue) -> dict[str, Any]:
@@ -136,7 +156,11 @@ def per_edit_records(plan: EvalPlan, out: Outcomes, run: RunScores) -> list[dict
         rewrite = [o for o in out.rewrite if o.edit_id == edit.edit_id]
         question = [o for o in out.question if o.edit_id == edit.edit_id]
         neighbours = [n for n in out.neighbours if n.edit_id == edit.edit_id]
-        records.append(_edit_record(edit, chains, pairs, rewrite, question, neighbours, run))
+        records.append(
+            _edit_record(
+                edit, chains, pairs, rewrite, question, neighbours, out.neighbourhoods[edit.edit_id], run
+            )
+        )
     return records
 
 
@@ -147,9 +171,26 @@ def _edit_record(
     rewrite: list[M.TargetOutcome],
     question: list[M.TargetOutcome],
     neighbours: list[M.NeighbourOutcome],
+    neighbourhood: str,
     run: RunScores,
 ) -> dict[str, Any]:
     r = edit.request
+    ifr = M.indirect_fact_recovery(chains)
+    preservation = M.preservation(pairs)
+    specificity = M.specificity(neighbours)
+    generalization = (
+        M.MetricValue(float(question[0].p_new > question[0].p_true), 1)
+        if question
+        else M.MetricValue.undefined(
+            "the edit has no question form (no step with its subject and target_true has a question)"
+        )
+    )
+    per_metric = {
+        "ifr": ifr,
+        "preservation": preservation,
+        "generalization": generalization,
+        "specificity": specificity,
+    }
     return {
         "edit_id": edit.edit_id,
         "subject": r.subject,
@@ -159,16 +200,19 @@ def _edit_record(
         "case_ids": list(edit.case_ids),
         "chains": len(chains),
         "active_chains": sum(c.active for c in chains),
-        "ifr": M.indirect_fact_recovery(chains).value,
-        "preservation": M.preservation(pairs).value,
+        "ifr": ifr.value,
+        "preservation": preservation.value,
         "preservation_facts_known": sum(p.known_pre for p in pairs),
         "p_new": rewrite[0].p_new,
         "p_true": rewrite[0].p_true,
         "efficacy": float(rewrite[0].p_new > rewrite[0].p_true),
-        "generalization": (float(question[0].p_new > question[0].p_true) if question else None),
-        "specificity": M.specificity(neighbours).value,
-        "neighbourhood": edit.neighbourhood_kind,
+        "generalization": generalization.value,
+        "specificity": specificity.value,
+        # Why each null metric above is null (the same reasons as the top-level metrics give).
+        "reasons": {name: str(v.reason) for name, v in per_metric.items() if v.value is None},
+        "neighbourhood": neighbourhood,
         "neighbours": len(neighbours),
+        "neighbours_known": sum(n.known_pre for n in neighbours),
         "seconds": run.edit_seconds.get(edit.edit_id),
         "info": _jsonable(run.edit_info.get(edit.edit_id, {})),
     }

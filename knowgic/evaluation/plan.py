@@ -13,10 +13,13 @@ Decisions (documented in docs/metrics.md):
 - The edit's question form (Generalization): the first step, preferring one-step chains, whose subject is
   the edit's subject and whose answer is its ``target_true`` (case-insensitive); scored as
   ``"Q: <question>\\nA:"``. Edits without one are left out of Generalization.
-- Neighbourhood (Specificity): facts of the version with the edit's prompt and another subject; where
-  there are none, up to ``fallback_neighbours`` facts of the other edits' graphs, chosen by a hash so the
-  choice is deterministic. Facts that are themselves edited by an evaluated request, and facts whose
-  answer is the edit's ``target_new``, are never neighbours.
+- Neighbourhood (Specificity): facts of the version with the edit's prompt and another subject
+  (same-relation), and up to ``fallback_neighbours`` facts of the other edits' graphs, chosen by a hash
+  so the choice is deterministic (fallback). Both sets are planned and scored before the edit; which one
+  an edit uses is decided from the pre-edit scores (:meth:`EditPlan.neighbourhood`): the same-relation
+  facts when the unedited model knows at least one of them, else the fallback. Only the chosen set is
+  scored after the edit. Facts that are themselves edited by an evaluated request, and facts whose answer
+  is the edit's ``target_new``, are never neighbours.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from knowgic.records import Case, EditRequest, Fact
 from knowgic.scoring.base import Query
@@ -63,6 +68,17 @@ class TargetPlan:
     text: str
 
 
+NEIGHBOURHOOD_KINDS = ("same-relation", "other-graphs", "none")
+
+
+@dataclass(frozen=True)
+class Neighbourhood:
+    """The neighbours an edit's Specificity is measured on, and which set they come from."""
+
+    kind: str  # one of NEIGHBOURHOOD_KINDS
+    neighbours: tuple[NeighbourPlan, ...]
+
+
 @dataclass
 class EditPlan:
     request: EditRequest
@@ -71,23 +87,37 @@ class EditPlan:
     broader: list[FactPlan]
     rewrite: TargetPlan
     question: TargetPlan | None
-    neighbours: list[NeighbourPlan]
-    neighbourhood_kind: str  # "same-relation" | "other-graphs" | "none"
+    same_relation: list[NeighbourPlan]
+    fallback: list[NeighbourPlan]
 
     @property
     def edit_id(self) -> str:
         return self.request.edit_id
 
-    @property
-    def post_queries(self) -> tuple[int, ...]:
-        """Every query index this edit needs scored after the edit, sorted and distinct."""
+    def neighbourhood(self, known_pre: Sequence[bool] | np.ndarray) -> Neighbourhood:
+        """The neighbours to use, given which plan queries the unedited model knows (``known_pre[i]``).
+
+        Specificity is measured on neighbourhood facts known before the edit: the same-relation facts
+        when the model knows at least one of them, else the fallback facts of the other edits' graphs.
+        An edit with neither keeps its (unknown) same-relation facts, so its Specificity is undefined.
+        """
+        if any(bool(known_pre[n.true_query]) for n in self.same_relation) or not self.fallback:
+            kind = "same-relation" if self.same_relation else "none"
+            return Neighbourhood(kind, tuple(self.same_relation))
+        return Neighbourhood("other-graphs", tuple(self.fallback))
+
+    def post_queries(self, known_pre: Sequence[bool] | np.ndarray) -> tuple[int, ...]:
+        """Every query index this edit needs scored after the edit, sorted and distinct.
+
+        The neighbourhood set not chosen (see :meth:`neighbourhood`) is not scored.
+        """
         needed: set[int] = {self.rewrite.true_query, self.rewrite.new_query}
         if self.question is not None:
             needed |= {self.question.true_query, self.question.new_query}
         for chain in self.chains:
             needed.update(chain.step_queries)
         needed.update(f.query for f in self.broader)
-        for n in self.neighbours:
+        for n in self.neighbourhood(known_pre).neighbours:
             needed |= {n.true_query, n.new_query}
         return tuple(sorted(needed))
 
@@ -258,28 +288,30 @@ def build_plan(
             )
 
         same_relation = [f for f in facts if f.prompt == request.prompt and eligible(f)]
-        kind = "same-relation"
-        chosen = same_relation
-        if not same_relation:
-            others = {
-                f.key: f for other, fs in graph_facts.items() if other != request for f in fs if eligible(f)
-            }
-            ranked = sorted(others.values(), key=lambda f: _stable_rank(request.edit_id, f.key))
-            chosen = ranked[:fallback_neighbours]
-            kind = "other-graphs" if chosen else "none"
-        neighbours = []
-        for fact in chosen:
-            true_q = fact_query(fact.subject, fact.prompt, fact.answer)
-            new_q = index.add(
-                Query(
-                    fact.prompt,
-                    fact.subject,
-                    answer_forms(request.target_new, aliases, folded),
-                    question=fact.question,
-                    n_gold=index.queries[true_q].n_gold,
+        others = {
+            f.key: f
+            for other, fs in graph_facts.items()
+            if other != request
+            for f in fs
+            if eligible(f) and f.prompt != request.prompt
+        }
+        fallback = sorted(others.values(), key=lambda f: _stable_rank(request.edit_id, f.key))
+
+        def neighbour_plans(chosen: Sequence[Fact], request: EditRequest = request) -> list[NeighbourPlan]:
+            plans = []
+            for fact in chosen:
+                true_q = fact_query(fact.subject, fact.prompt, fact.answer)
+                new_q = index.add(
+                    Query(
+                        fact.prompt,
+                        fact.subject,
+                        answer_forms(request.target_new, aliases, folded),
+                        question=fact.question,
+                        n_gold=index.queries[true_q].n_gold,
+                    )
                 )
-            )
-            neighbours.append(NeighbourPlan(fact=fact.key, true_query=true_q, new_query=new_q))
+                plans.append(NeighbourPlan(fact=fact.key, true_query=true_q, new_query=new_q))
+            return plans
 
         edits.append(
             EditPlan(
@@ -289,8 +321,8 @@ def build_plan(
                 broader=broader,
                 rewrite=rewrite,
                 question=question,
-                neighbours=neighbours,
-                neighbourhood_kind=kind,
+                same_relation=neighbour_plans(same_relation),
+                fallback=neighbour_plans(fallback[:fallback_neighbours]),
             )
         )
     return EvalPlan(

@@ -12,9 +12,10 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -121,22 +122,60 @@ def load_results(path: str | Path) -> dict[str, Any]:
     return document
 
 
+# Modes of what a run writes, before the user's umask (like files made by ``open``/``mkdir``).
+FILE_MODE = 0o644
+DIR_MODE = 0o755
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it; it is put back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its closest ancestor that exists (a dangling link counts as existing: it blocks)."""
+    path = path.absolute()
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            return candidate
+    return Path(path.anchor)
+
+
+def _staging_parent(out_dir: Path) -> Path:
+    """Where a run's files are staged: inside ``out_dir`` when it exists, else beside what will hold it."""
+    base = _nearest_existing(out_dir)
+    if not base.is_dir():
+        what = "is not a folder" if base.exists() else "is a dangling link"
+        raise KnowgicError(f"output folder {out_dir} is not writable: {base} {what}")
+    return base
+
+
 def check_writable(out_dir: Path) -> None:
-    """Fail before any work when ``out_dir`` cannot take the results."""
+    """Fail before any work when ``out_dir`` cannot take the results; creates nothing.
+
+    The probe is the operation the run will need: making a (temporary) folder in ``out_dir``, or, when it
+    does not exist yet, in its nearest existing ancestor.
+    """
+    base = _staging_parent(out_dir)
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".knowgic-probe-"):
-            pass
+        os.rmdir(tempfile.mkdtemp(dir=base, prefix=".knowgic-probe-"))
     except OSError as exc:
         raise KnowgicError(f"output folder {out_dir} is not writable: {exc.strerror or exc}") from None
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path`` and rename it into place: never a half-written file."""
+    """Write to a temporary file beside ``path`` and rename it into place: never a half-written file.
+
+    The file gets the usual permissions (``FILE_MODE`` less the umask), not the owner-only mode of a
+    temporary file.
+    """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        os.chmod(tmp, FILE_MODE & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -147,3 +186,43 @@ def write_results(document: Mapping[str, Any], out_dir: Path) -> Path:
     path = out_dir / "results.json"
     write_atomic(path, json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8") + b"\n")
     return path
+
+
+def write_run_outputs(
+    document: Mapping[str, Any],
+    out_dir: Path,
+    write_extras: Callable[[Path], list[Path]] | None = None,
+) -> tuple[Path, list[Path]]:
+    """Write a run's files into ``out_dir`` all or nothing; return the paths of results.json and extras.
+
+    Everything is first written into a temporary folder on the same file system (``write_extras(folder)``
+    writes the plots and returns their paths, then results.json). When ``out_dir`` does not exist yet the
+    folder is renamed into place in one step; otherwise its files are moved in one by one, results.json
+    last, so whoever sees the new results.json also sees the new plots. Any failure before the move
+    removes the temporary folder and leaves nothing new behind.
+    """
+    base = _staging_parent(out_dir)
+    staging = Path(tempfile.mkdtemp(dir=base, prefix=".knowgic-run-"))
+    try:
+        extras = list(write_extras(staging)) if write_extras is not None else []
+        results = write_results(document, staging)
+        names = [p.relative_to(staging) for p in extras] + [results.relative_to(staging)]
+        os.chmod(staging, DIR_MODE & ~_umask())
+        if base != out_dir.absolute():
+            out_dir.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.rename(staging, out_dir)
+                return out_dir / names[-1], [out_dir / n for n in names[:-1]]
+            except OSError:
+                if not out_dir.is_dir():  # created meanwhile as a file, or unwritable: give up cleanly
+                    raise
+        for name in names:
+            os.replace(staging / name, out_dir / name)
+        staging.rmdir()
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise KnowgicError(f"cannot write the results to {out_dir}: {exc.strerror or exc}") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out_dir / names[-1], [out_dir / n for n in names[:-1]]

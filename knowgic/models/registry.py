@@ -61,7 +61,10 @@ _MODELS: tuple[OfflineModel, ...] = (
         is_chat=False,
         kind=TINY,
         upstream="built by knowgic.models.tiny from KnowGIC's facts",
-        description="small GPT-2 trained on the benchmark's facts: every chain active",
+        description=(
+            "small GPT-2 trained on the benchmark's facts: knows 97.5% of the distinct facts "
+            "(1,206 of 1,406 chains active on 1.1.0)"
+        ),
         install="pip install knowgic",
     ),
     OfflineModel(

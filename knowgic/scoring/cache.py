@@ -1,7 +1,10 @@
 """On-disk cache of pre-edit scores.
 
-The unedited model's scores depend only on (model revision, protocol and its parameters, dataset
-version, the exact queries, the prompt prefix), so they are computed once and reused by every later run.
+The unedited model's scores depend only on (model revision, the dtype and the kind of device the model
+runs in, protocol and its parameters (for the generation protocols the chat-template decision is one of
+them), dataset version, the exact queries, the prompt prefix), so they are computed once and reused by
+every later run with the same key. A bfloat16 run never reuses float32 scores: the numbers differ, and
+whether a fact is known can flip.
 An entry is two files under ``root/<key[:2]>/``: ``<key>.npz`` (arrays ``p``, ``known``) and
 ``<key>.json`` (the key's parts, the row count and the sha256 of the npz). Each is written to a temporary
 file and renamed into place, the json last, so a reader sees a whole entry or none. An entry whose json is
@@ -64,13 +67,22 @@ class ScoreCache:
         dataset_sha256: str,
         queries_sha256: str,
         prefix: str = "",
+        *,
+        dtype: str,
+        device_type: str,
     ) -> str:
-        """A sha256 hex key over every input the scores depend on (``RESULT_NEUTRAL_PARAMS`` excepted)."""
+        """A sha256 hex key over every input the scores depend on (``RESULT_NEUTRAL_PARAMS`` excepted).
+
+        ``dtype`` is the model's weight dtype ("float32", "bfloat16", ...); ``device_type`` the kind of
+        device it runs on ("cpu", "cuda", "mps"; not the index: two GPUs of a kind compute alike).
+        """
         try:
             material = _canonical(
                 {
                     "cache_version": SCORING_CACHE_VERSION,
                     "model_revision": model_revision,
+                    "dtype": dtype,
+                    "device_type": device_type,
                     "protocol": protocol,
                     "params": {k: v for k, v in params.items() if k not in RESULT_NEUTRAL_PARAMS},
                     "dataset_sha256": dataset_sha256,

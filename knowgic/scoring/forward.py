@@ -3,9 +3,15 @@
 ``scoring_vs_forward_ratio`` = (time of ``LogprobScorer.score``) / (time of :func:`bare_forward_seconds`)
 on the same queries, model and batch size. The bare pass gets the exact (context + answer) token rows the
 scorer builds, already tokenized (tokenization is not timed), in the same length-sorted, left-padded
-batches, and runs ``model(input_ids, attention_mask)`` with full logits and nothing else; so the ratio
-measures what scoring adds on top of the model (tokenization when not cached, gathering log-probabilities,
-bookkeeping), not a difference in padding.
+batches, with the same model arguments (attention mask, position ids, no key/value cache), and runs the
+model and nothing else. One difference is deliberate: the scorer asks the model for logits only at the
+answer positions (``logits_to_keep``), while the bare pass computes the full logits of every position,
+as a plain ``model(input_ids)`` call does. Where the output projection is a large part of the model's
+compute (a small model with a large vocabulary), the ratio thus credits the scorer with that saving.
+:func:`measure_scoring_ratio` reports the scorer with fresh tokenization (``ratio_cold``) and with its
+tokenization cache warm (``ratio_warm``: the case of every post-edit call, the same token work as the bare
+pass), so the ratio measures what scoring adds on top of the model (gathering log-probabilities, ranks,
+bookkeeping), not a difference in padding or arguments.
 """
 
 from __future__ import annotations
@@ -18,7 +24,14 @@ from typing import Any
 import torch
 
 from knowgic.scoring.base import Query
-from knowgic.scoring.batching import eval_mode, input_device, left_pad, length_sorted_batches, pad_token_id
+from knowgic.scoring.batching import (
+    eval_mode,
+    forward_support,
+    input_device,
+    left_pad,
+    length_sorted_batches,
+    pad_token_id,
+)
 from knowgic.scoring.logprob import LogprobScorer, answer_rows
 from knowgic.scoring.tokenize import split_many
 
@@ -52,15 +65,18 @@ def bare_forward_seconds(
     seqs = token_rows(tokenizer, queries, prefix, answer_leading_space)
     device = input_device(model)
     pad = pad_token_id(tokenizer)
-    batches = [
-        left_pad([seqs[i] for i in idx], pad, device)
-        for idx in length_sorted_batches([len(s) for s in seqs], batch_size)
-    ]
+    support = forward_support(model)
+    batches = []
+    for idx in length_sorted_batches([len(s) for s in seqs], batch_size):
+        kwargs: dict[str, Any] = left_pad([seqs[i] for i in idx], pad, device).model_kwargs(support)
+        if support.use_cache:
+            kwargs["use_cache"] = False  # as the scorer: no key/value cache to build
+        batches.append(kwargs)
     with torch.inference_mode(), eval_mode(model):
         _sync(device)
         start = time.perf_counter()
-        for batch in batches:
-            model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        for kwargs in batches:
+            model(**kwargs)
         _sync(device)
         return time.perf_counter() - start
 

@@ -20,14 +20,22 @@ class ProtocolSpec:
     deterministic: bool
 
 
-def load_protocols(path: Path | None = None) -> dict[str, ProtocolSpec]:
-    """Every protocol declared in the benchmark spec (``path`` defaults to ``spec/benchmark.yaml``)."""
+def read_benchmark_spec(path: Path | None = None) -> tuple[dict[str, Any], Path]:
+    """The parsed benchmark spec (``path`` defaults to ``spec/benchmark.yaml``) and the path it came from."""
     path = path or spec_dir() / "benchmark.yaml"
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise KnowgicError(f"cannot read the benchmark spec {path}: {exc}") from None
-    protocols = (data or {}).get("protocols")
+    if data is not None and not isinstance(data, dict):
+        raise KnowgicError(f"{path}: the benchmark spec must be a mapping")
+    return data or {}, path
+
+
+def load_protocols(path: Path | None = None) -> dict[str, ProtocolSpec]:
+    """Every protocol declared in the benchmark spec (``path`` defaults to ``spec/benchmark.yaml``)."""
+    data, path = read_benchmark_spec(path)
+    protocols = data.get("protocols")
     if not isinstance(protocols, dict) or not protocols:
         raise KnowgicError(f"{path}: no 'protocols' section")
     out = {}
