@@ -14,6 +14,7 @@ from knowgic.editors.layer_stats import (
     knowgic_texts,
     load_corpus,
     model_fingerprint,
+    model_identity,
     model_revision,
     parse_datasets_corpus,
     second_moment,
@@ -46,8 +47,31 @@ def _direct(model, tok, texts):
     return total / count
 
 
+def _key(**kw) -> StatsKey:
+    """The key :func:`_stats` stores its result under."""
+    fields = dict(
+        model_id="org/model-a",
+        model_revision="rev-a",
+        layer=LAYER,
+        corpus="knowgic",
+        corpus_hash=load_corpus("knowgic", N).content_hash,
+        sample_count=N,
+        dtype="float32",
+        shape=(256, 256),
+    )
+    fields.update(kw)
+    return StatsKey(**fields)
+
+
 def _stats(model, tok, **kw):
-    args = dict(model_revision="rev-a", corpus="knowgic", sample_count=N, dtype="float32", progress=False)
+    args = dict(
+        model_id="org/model-a",
+        model_revision="rev-a",
+        corpus="knowgic",
+        sample_count=N,
+        dtype="float32",
+        progress=False,
+    )
     args.update(kw)
     return second_moment(model, tok, LAYER, **args)
 
@@ -75,9 +99,7 @@ def test_second_moment_full_rank_on_enough_text(random_gpt2):
 def test_cache_is_used_and_keyed(random_gpt2, cache, monkeypatch):
     model, tok = random_gpt2
     first = _stats(model, tok)
-    tensor_path, meta_path = stats_paths(
-        StatsKey("rev-a", LAYER, "knowgic", load_corpus("knowgic", N).content_hash, N, "float32", (256, 256))
-    )
+    tensor_path, meta_path = stats_paths(_key())
     assert tensor_path.is_file() and meta_path.is_file()
     meta = json.loads(meta_path.read_text())
     assert meta["texts_used"] == N and meta["tokens"] > N and meta["corpus_source"]
@@ -88,17 +110,19 @@ def test_cache_is_used_and_keyed(random_gpt2, cache, monkeypatch):
     monkeypatch.setattr(layer_stats, "collect_second_moments", boom)
     assert torch.equal(_stats(model, tok), first)
     # Every part of the key selects another file: each of these must recompute.
-    for kw in ({"model_revision": "rev-b"}, {"sample_count": N - 1}, {"dtype": "float64"}):
+    for kw in (
+        {"model_revision": "rev-b"},
+        {"model_id": "org/model-b"},
+        {"sample_count": N - 1},
+        {"dtype": "float64"},
+    ):
         with pytest.raises(AssertionError, match="recomputed"):
             _stats(model, tok, **kw)
 
 
 def _corrupt_and_check(model, tok, cache, monkeypatch, corrupt) -> None:
     good = _stats(model, tok)
-    key = StatsKey(
-        "rev-a", LAYER, "knowgic", load_corpus("knowgic", N).content_hash, N, "float32", (256, 256)
-    )
-    tensor_path, meta_path = stats_paths(key)
+    tensor_path, meta_path = stats_paths(_key())
     corrupt(tensor_path, meta_path)
     calls = []
     real = layer_stats.collect_second_moments
@@ -178,6 +202,33 @@ def test_revision_prefers_declared(random_gpt2):
         del model.config._knowgic_revision
 
 
+def test_model_id_separates_models_whose_revision_is_unknown(random_gpt2, cache):
+    """Two hub models whose commit could not be resolved both have the revision "unknown": the model id
+    keeps their statistics apart (another file, recomputed), and the metadata records it."""
+    model, tok = random_gpt2
+    a = _key(model_id="org/model-a", model_revision="unknown|float32")
+    b = _key(model_id="org/model-b", model_revision="unknown|float32")
+    assert stats_paths(a)[0] != stats_paths(b)[0]
+    assert stats_paths(a) == stats_paths(_key(model_id="org/model-a", model_revision="unknown|float32"))
+    _stats(model, tok, model_id="org/model-a", model_revision="unknown|float32")
+    assert json.loads(stats_paths(a)[1].read_text())["model_id"] == "org/model-a"
+    assert not stats_paths(b)[0].exists()
+
+
+def test_model_identity(random_gpt2):
+    model, _ = random_gpt2
+    assert model_identity(model) == ""  # built in memory: the fingerprint identifies it
+    model.config._name_or_path = "/models/some-gpt2"
+    try:
+        assert model_identity(model) == "/models/some-gpt2"
+        model.config._knowgic_model_id = "knowgic-tiny"  # what the harness sets wins
+        assert model_identity(model) == "knowgic-tiny"
+    finally:
+        model.config._name_or_path = ""
+        model.config.__dict__.pop("_knowgic_model_id", None)
+    assert model_identity(model) == ""
+
+
 def test_memo_keeps_pristine_statistics(random_gpt2, cache, monkeypatch):
     """A sequential run edits the model; the editor's memo must not recompute C for the edited weights."""
     model, tok = random_gpt2
@@ -215,6 +266,32 @@ def test_corpus_names():
         load_corpus("knowgic", 0)
 
 
+def test_the_papers_wikipedia_corpus_reaches_datasets():
+    """The shipped hparams' 'wikimedia/wikipedia:20231101.en' reaches datasets as path and config; offline (as
+    in tests) that fails as a one-line error naming the corpus, after no download."""
+    assert parse_datasets_corpus("wikimedia/wikipedia:20231101.en") == (
+        "wikimedia/wikipedia",
+        "20231101.en",
+        "train",
+    )
+    with pytest.raises(
+        KnowgicError, match=r"stats corpus 'wikimedia/wikipedia:20231101.en'.*wikimedia/wikipedia"
+    ):
+        load_corpus("wikimedia/wikipedia:20231101.en", 5)
+
+
+def test_stats_overrides():
+    assert layer_stats.stats_overrides(None, None) == {}
+    assert layer_stats.stats_overrides("knowgic", 300) == {"mom2_dataset": "knowgic", "mom2_n_samples": 300}
+    assert layer_stats.stats_overrides("wikitext:wikitext-103-raw-v1", None) == {
+        "mom2_dataset": "wikitext:wikitext-103-raw-v1"
+    }
+    with pytest.raises(KnowgicError, match="stats corpus"):
+        layer_stats.stats_overrides("two words", None)
+    with pytest.raises(KnowgicError, match="positive integer"):
+        layer_stats.stats_overrides(None, 0)
+
+
 def test_knowgic_documents():
     texts, _ = knowgic_texts()
     docs = layer_stats.knowgic_documents(texts, 250)
@@ -237,10 +314,12 @@ def test_several_layers_in_one_pass(random_gpt2, cache, monkeypatch):
 
     monkeypatch.setattr(layer_stats, "collect_second_moments", counting)
     both = layer_stats.second_moments(
-        model, tok, [LAYER, other], model_revision="rev-m", sample_count=N, progress=False
+        model, tok, [LAYER, other], model_id="m", model_revision="rev-m", sample_count=N, progress=False
     )
     assert calls == [[LAYER, other]]
-    one = second_moment(model, tok, other, model_revision="rev-m", sample_count=N, progress=False)
+    one = second_moment(
+        model, tok, other, model_id="m", model_revision="rev-m", sample_count=N, progress=False
+    )
     assert calls == [[LAYER, other]] and torch.equal(one, both[other])  # cached per layer
     alone, _ = real(model, tok, [other], load_corpus("knowgic", N).texts, progress=False)
     torch.testing.assert_close(alone[other].float(), both[other])
@@ -259,4 +338,6 @@ def test_bad_dtype_and_layer(random_gpt2, cache):
     with pytest.raises(KnowgicError, match="dtype"):
         _stats(model, tok, dtype="int8")
     with pytest.raises(KnowgicError, match="no module"):
-        second_moment(model, tok, "transformer.h.9.mlp.c_proj", model_revision="r", sample_count=5)
+        second_moment(
+            model, tok, "transformer.h.9.mlp.c_proj", model_id="m", model_revision="r", sample_count=5
+        )

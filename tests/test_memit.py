@@ -216,6 +216,50 @@ def test_shipped_hparams_and_schema_extension():
         validate_hparams({**base, "fraction": 0.2, "other": 1}, "rect", "test", editor_schema=schema)
 
 
+@pytest.mark.parametrize("name", ["memit", "alphaedit", "prune", "rect"])
+def test_unknown_key_is_an_error_when_built_from_python(name):
+    """Every editor on MEMIT checks its hparams against its own schema when constructed: a typo is named."""
+    from knowgic.editors.registry import resolve_editor
+
+    cls = resolve_editor(name)
+    with pytest.raises(KnowgicError, match=r"unknown key 'lyaers'; did you mean 'layers'\?") as info:
+        cls({**FAST, "lyaers": [0]})
+    assert f"editor {name!r}" in str(info.value)
+    with pytest.raises(KnowgicError, match="/layers"):
+        cls({**FAST, "layers": "0"})  # the rest of the schema holds too
+    cls(FAST)  # the valid keys (and each method's defaults for its own) are accepted
+
+
+def test_subclass_declares_its_keys_with_the_extended_schema():
+    """A method built on MEMIT adds its keys through hparams_schema; typos in them are still caught."""
+
+    class WithFraction(MEMITEditor):
+        name = "memit-fraction"
+        hparams_schema = extend_memit_schema({"fraction": {"type": "number"}}, ["fraction"])
+
+    WithFraction({**FAST, "fraction": 0.5})
+    with pytest.raises(KnowgicError, match="unknown key 'fractoin'; did you mean 'fraction'"):
+        WithFraction({**FAST, "fraction": 0.5, "fractoin": 0.5})
+    with pytest.raises(KnowgicError, match="unknown key 'fraction'"):
+        MEMITEditor({**FAST, "fraction": 0.5})  # MEMIT itself does not know it
+
+
+def test_bf16_write_reports_its_rounding(random_gpt2, cache):
+    """MEMIT's write into a bf16 weight: ‖W'K − (W + ΔW)K‖ / ‖(W + ΔW)K‖ on the layer's keys is recorded."""
+    from tests.test_rome import HARRY, tiny_llama
+
+    _, tok = random_gpt2
+    model = tiny_llama(tok, torch.bfloat16)
+    before = _params(model)
+    handle = MEMITEditor({**FAST, "layers": [0]}, progress=False).apply(model, tok, [HARRY])
+    handle.restore()
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
+    (layer,) = handle.info["layer_updates"]
+    precision = layer["write_precision"]
+    assert precision["dtype"] == "bfloat16" and precision["weight"] == layer["weight"]
+    assert 0 < precision["relative_residual"] < 1e-2
+
+
 def test_batched_edits_reach_their_targets(gpt2_3layer, cache):
     """Algorithm 1 end to end: with the bare prompts as the only templates and a small λ, the edited model's
     residual h_i^L on each request's prompt equals its target z_i (Eq. 16-21), for three requests at once."""
@@ -261,7 +305,8 @@ def test_memit_efficacy_on_knowgic_tiny(knowgic_tiny):
 
 @pytest.mark.slow
 def test_memit_batch_of_all_edits_on_knowgic_tiny(knowgic_tiny):
-    """All 26 edits in one apply: restored exactly, and at least as many flips as the single edits give."""
+    """All 26 edits in one apply: restored exactly, and about as many flips as the single edits give
+    (measured: 0.962 batched, the same as one edit at a time; the bound leaves room for one more miss)."""
     from knowgic.scoring.base import Query
     from knowgic.scoring.logprob import LogprobScorer
     from tests.test_rome import distinct_edits
@@ -276,7 +321,7 @@ def test_memit_batch_of_all_edits_on_knowgic_tiny(knowgic_tiny):
         p = LogprobScorer().score(model, tok, queries).p
         share = float((p[0::2] > p[1::2]).mean())
         print(f"MEMIT batched efficacy {share:.3f}")
-        assert share > 0.1
+        assert share >= 0.9, (share, (p[0::2] - p[1::2]).tolist())
     finally:
         handle.restore()
     assert all(torch.equal(before[n], q) for n, q in model.named_parameters())

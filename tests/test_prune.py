@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -13,12 +12,12 @@ import pytest
 import torch
 
 from knowgic.dataset.loading import load_aliases, load_cases
-from knowgic.editors.arch import arch_for, get_parameter
+from knowgic.editors.arch import arch_for
 from knowgic.editors.hparams import HPARAMS_DIR, load_hparams, validate_hparams
-from knowgic.editors.memit.memit_main import LayerSystem
+from knowgic.editors.memit.memit_main import MEMITEditor
 from knowgic.editors.memit.schema import memit_schema
 from knowgic.editors.prune import PRUNEEditor, largest_singular_value, log_restraint, restrain
-from knowgic.editors.rome.weights import read_weight
+from knowgic.editors.rome.weights import read_named_weight
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.plan import build_plan
 from knowgic.paths import spec_dir
@@ -110,9 +109,15 @@ SMALL = {
     "mom2_update_weight": 100.0,
     "context_template_length_params": [[4, 2]],
 }
+# Two layers of a 3-layer model (z at layer 1 still reaches the prediction). α = 1000: F shrinks every σ̂
+# above max σ(W₀) ≈ 0.19 here, since that is above 1/ln α
+# (see test_the_rule_shrinks_only_above_one_over_ln_alpha).
+SEQ = {**SMALL, "layers": [0, 1], "prune_log_base": 1000.0}
 REQ_A = EditRequest("{} plays the sport of", "Harry Potter", "football", "tennis")
 REQ_B = EditRequest("{} is married to", "Victoria Beckham", "David Beckham", "Diana Taurasi")
+REQ_C = EditRequest("{} was developed by", "Overwatch", "Blizzard Entertainment", "Valve Corporation")
 NAME = "transformer.h.0.mlp.c_proj.weight"
+SEQ_NAMES = ("transformer.h.0.mlp.c_proj.weight", "transformer.h.1.mlp.c_proj.weight")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -127,93 +132,147 @@ def _private_stats_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
         os.environ["KNOWGIC_CACHE"] = old
 
 
+@pytest.fixture(scope="module")
+def gpt2_3layer(random_gpt2):
+    """The random fixture's tokenizer with 3 random layers, so that z at layer 1 reaches the prediction."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    _, tok = random_gpt2
+    torch.manual_seed(1)
+    config = GPT2Config(
+        vocab_size=len(tok),
+        n_positions=128,
+        n_embd=64,
+        n_layer=3,
+        n_head=4,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    return GPT2LMHeadModel(config).eval(), tok
+
+
 class RecordingPRUNE(PRUNEEditor):
-    """PRUNE that keeps MEMIT's raw update of every layer solve."""
+    """PRUNE that keeps each matrix as MEMIT's whole edit left it, just before the restraint."""
 
     def __init__(self, hparams: dict[str, Any]) -> None:
         super().__init__(hparams, progress=False)
-        self.raw: list[torch.Tensor] = []
+        self.unrestrained: list[dict[str, torch.Tensor]] = []
 
-    def postprocess_delta(self, system: LayerSystem, delta: torch.Tensor) -> torch.Tensor:
-        self.raw.append(delta.clone())
-        return super().postprocess_delta(system, delta)
+    def apply(self, model, tokenizer, requests):
+        self.unrestrained.append({})
+        return super().apply(model, tokenizer, requests)
 
-
-@pytest.fixture(scope="module")
-def small_sigma_gpt2(random_gpt2):
-    """The random GPT-2 with layer 0's W scaled down so that max σ(W₀) is below the updates' scale and
-    the restraint acts (a copy; the shared fixture is left alone). At this scale (max σ(W₀) < 1 = 1/ln e)
-    F raises rather than shrinks; the integration checks that the model holds W₀ + F(Σ Δ) either way."""
-    model, tok = random_gpt2
-    model = copy.deepcopy(model)
-    with torch.no_grad():
-        get_parameter(model, NAME).mul_(0.02)
-    return model, tok
+    def restrain_weight(self, model, name, base):
+        self.unrestrained[-1][name] = read_named_weight(model, arch_for(model), name)
+        return super().restrain_weight(model, name, base)
 
 
-def _w(model: torch.nn.Module) -> torch.Tensor:
-    return read_weight(model, arch_for(model), 0)[1]
+def _w(model: torch.nn.Module, name: str = NAME) -> torch.Tensor:
+    return read_named_weight(model, arch_for(model), name)
+
+
+def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _same(model: torch.nn.Module, saved: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(p, saved[n]) for n, p in model.named_parameters())
 
 
 def test_apply_then_restore_is_bitwise_exact_and_clears_the_state(random_gpt2) -> None:
     model, tok = random_gpt2
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    editor = RecordingPRUNE(SMALL)
+    before = _params(model)
+    editor = PRUNEEditor(SMALL, progress=False)
     handle = editor.apply(model, tok, [REQ_A])
-    assert torch.allclose(editor.accumulated[NAME], editor.raw[0])
+    base = editor.base_weight(NAME)
+    assert base is not None and torch.equal(base.param, before[NAME])
+    assert base.sigma_max == pytest.approx(largest_singular_value(before[NAME]))
+    assert not _same(model, before)
     handle.restore()
-    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
-    assert editor.accumulated == {}
-    editor.apply(model, tok, [REQ_A])
+    assert _same(model, before)
+    assert editor.base_weight(NAME) is None
+    handle = editor.apply(model, tok, [REQ_A])
     editor.reset()
-    assert editor.accumulated == {}
+    assert editor.base_weight(NAME) is None
+    handle.restore()  # a handle from before a reset still restores the weights
+    assert _same(model, before)
 
 
-def test_sequential_edits_restrain_the_accumulated_update(small_sigma_gpt2) -> None:
-    model, tok = small_sigma_gpt2
-    w0 = _w(model)
-    sigma_max = largest_singular_value(w0)
-    editor = RecordingPRUNE(SMALL)
+def test_sequential_edits_follow_the_papers_recursion(gpt2_3layer) -> None:
+    """After edit n the model holds W₀ + F(ΔW_{n−1} + Δ_n) (not W₀ + F(Σ Δ_j)), where Δ_n is MEMIT's whole,
+    unrestrained edit of W_{n−1}; every singular value above max σ(W₀) is mapped by F, so all of them obey
+    F(σ̂) ≤ max σ(W₀) + log_α(σ̂_max / max σ(W₀)); each handle restores its predecessor bitwise."""
+    model, tok = gpt2_3layer
+    pristine = _params(model)
+    w0 = {n: _w(model, n) for n in SEQ_NAMES}
+    sigma = {n: largest_singular_value(w0[n]) for n in SEQ_NAMES}
+    base = 1000.0
+    editor = RecordingPRUNE(SEQ)
     editor.reset()
-    handle_a = editor.apply(model, tok, [REQ_A])
-    handle_b = editor.apply(model, tok, [REQ_B])
+    handles, states, raw_sum = [], [], {n: torch.zeros_like(w0[n]) for n in SEQ_NAMES}
     try:
-        total = editor.raw[0] + editor.raw[1]
-        assert torch.allclose(editor.accumulated[NAME], total)
-        s_total = torch.linalg.svdvals(total)
-        assert s_total[0].item() > sigma_max  # the restraint has work to do
-        # The model holds W₀ + F(Δ₁ + Δ₂), not W₀ + Δ₁ + Δ₂ (float32 weights: compare loosely).
-        written = _w(model) - w0
-        expected = restrain(total, sigma_max, math.e).delta
-        assert torch.allclose(written, expected, atol=1e-5 * float(w0.abs().max()) + 1e-7)
-        s_written = torch.linalg.svdvals(written)
-        f = log_restraint(s_total, sigma_max, math.e)
-        rank = int((s_total > 1e-9 * s_total[0]).sum())  # one direction per edit here
-        assert torch.allclose(s_written[:rank], f[:rank], rtol=1e-3)
-        bound = sigma_max + math.log(s_total[0].item() / sigma_max)
-        assert s_written[0].item() <= bound * (1 + 1e-4)
-        info = handle_b.info["prune"]["layers"][0]
-        assert info["n_restrained"] >= 1 and info["sigma_max_w0"] == pytest.approx(sigma_max)
+        for i, request in enumerate((REQ_A, REQ_B, REQ_C)):
+            states.append(_params(model))
+            previous = {n: _w(model, n) for n in SEQ_NAMES}
+            if i == 1:
+                # Δ_n is plain MEMIT's complete edit of W_{n−1} (all layers, none restrained in between).
+                memit = MEMITEditor({k: v for k, v in SEQ.items() if k != "prune_log_base"}, progress=False)
+                # the pristine model's templates and C, as PRUNE's own MEMIT step uses them
+                memit.templates, memit.stats = editor.templates, editor.stats
+                plain = memit.apply(model, tok, [request])
+                memit_change = {n: _w(model, n) - previous[n] for n in SEQ_NAMES}
+                plain.restore()
+                assert _same(model, states[-1])
+            handles.append(editor.apply(model, tok, [request]))
+            info = handles[-1].info["prune"]["layers"]
+            for j, n in enumerate(SEQ_NAMES):
+                unrestrained = editor.unrestrained[-1][n]
+                raw = unrestrained - previous[n]
+                raw_sum[n] += raw
+                if i == 1:
+                    torch.testing.assert_close(raw, memit_change[n], rtol=1e-6, atol=1e-9)
+                held = _w(model, n) - w0[n]  # ΔW_n
+                s_hat = torch.linalg.svdvals(unrestrained - w0[n])  # of ΔW_{n−1} + Δ_n
+                assert s_hat[0].item() > sigma[n]  # the restraint has work to do
+                expected = restrain(unrestrained - w0[n], sigma[n], base).delta
+                tol = 1e-5 * float(w0[n].abs().max())  # float32 weights
+                assert torch.allclose(held, expected, atol=tol)
+                s_held = torch.linalg.svdvals(held)
+                over = int((s_hat > sigma[n]).sum())
+                assert over == i + 1  # one direction per edit here, all of them above max σ(W₀)
+                f = log_restraint(s_hat, sigma[n], base)
+                assert torch.allclose(s_held[:over], f[:over], rtol=1e-4)
+                bound = sigma[n] + math.log(s_hat[0].item() / sigma[n], base)
+                assert s_held[0].item() <= bound * (1 + 1e-5)
+                assert bool((s_held[:over] < s_hat[:over]).all())  # every one of them was reduced
+                assert info[j]["n_restrained"] == over and info[j]["sigma_max_w0"] == pytest.approx(sigma[n])
+                if i >= 1:
+                    # The old reading, W₀ + F(Σ_j Δ_j), is a different matrix.
+                    summed = restrain(raw_sum[n], sigma[n], base).delta
+                    assert float(torch.linalg.norm(held - summed)) > 0.05 * float(torch.linalg.norm(held))
     finally:
-        handle_b.restore()
-        assert torch.allclose(editor.accumulated[NAME], editor.raw[0], atol=1e-12)
-        handle_a.restore()
-    assert torch.equal(_w(model), w0)
-    assert editor.accumulated == {}
+        for handle, state in zip(reversed(handles), reversed(states), strict=False):
+            handle.restore()
+            assert _same(model, state)
+    assert _same(model, pristine)
+    assert all(editor.base_weight(n) is None for n in SEQ_NAMES)
 
 
-def test_independent_edits_do_not_share_the_accumulated_update(small_sigma_gpt2) -> None:
-    model, tok = small_sigma_gpt2
-    fresh = RecordingPRUNE(SMALL)
-    fresh.apply(model, tok, [REQ_B]).restore()
-    editor = RecordingPRUNE(SMALL)
+def test_independent_edits_start_from_the_pristine_weight(gpt2_3layer) -> None:
+    """With a reset between edits, an edit after another (restored) one writes exactly what a fresh editor
+    writes: W₀ + F(Δ) of its own update."""
+    model, tok = gpt2_3layer
+    fresh = PRUNEEditor(SEQ, progress=False)
+    handle = fresh.apply(model, tok, [REQ_B])
+    expected = _params(model)
+    handle.restore()
+    editor = PRUNEEditor(SEQ, progress=False)
     editor.reset()
     editor.apply(model, tok, [REQ_A]).restore()
     editor.reset()
     handle = editor.apply(model, tok, [REQ_B])
     try:
-        assert torch.equal(editor.raw[-1], fresh.raw[0])
-        assert torch.equal(editor.accumulated[NAME], fresh.raw[0])
+        assert _same(model, expected)
     finally:
         handle.restore()
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from knowgic.editors.hparams import load_hparams, validate_hparams
+from knowgic.editors.layer_stats import parse_datasets_corpus
 from knowgic.editors.repr_tools import token_index
 from knowgic.editors.rome import ROMEEditor, compute_rome_update, rank_one_update
 from knowgic.editors.rome.context_templates import generate_context_templates
@@ -185,6 +186,73 @@ def test_bad_hparams_and_layers(random_gpt2, cache):
     assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
 
 
+def tiny_llama(tokenizer, dtype: torch.dtype) -> torch.nn.Module:
+    """A random 2-layer Llama for ``tokenizer`` (the random GPT-2's), in ``dtype``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return LlamaForCausalLM(config).to(dtype).eval()
+
+
+def test_bf16_write_reports_its_rounding_once_per_run(random_gpt2, cache, caplog):
+    """A bf16 weight cannot hold W + ΔW exactly: the residual ‖W'k* − v*‖/‖v*‖ after the write is measured
+    (checked here against k*, v* computed independently and the weight as written), recorded per edit and
+    logged once per editor."""
+    from knowgic.editors.arch import arch_for
+
+    _, tok = random_gpt2
+    model = tiny_llama(tok, torch.bfloat16)
+    before = _params(model)
+    editor = ROMEEditor(FAST, progress=False)
+    update = compute_rome_update(
+        model,
+        tok,
+        HARRY,
+        0,
+        editor.templates.get(model, tok, editor.config),
+        objective_from(editor.config),
+        editor.second_moment(model, tok, 0),
+        progress=False,
+    )
+    with caplog.at_level("WARNING", logger="knowgic.editors.rome.weights"):
+        for _ in range(2):
+            handle = editor.apply(model, tok, [HARRY])
+            try:
+                precision = handle.info["edits"][0]["write_precision"]
+                _, written = read_weight(model, arch_for(model), 0)
+                residual = written @ update.k_star - update.v_star
+                expected = float(residual.norm() / update.v_star.norm())
+            finally:
+                handle.restore()
+            assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
+            assert precision["dtype"] == "bfloat16"
+            assert precision["weight"] == "model.layers.0.mlp.down_proj.weight"
+            assert precision["relative_residual"] == pytest.approx(expected, rel=1e-3)
+            assert 0 < precision["relative_residual"] < 1e-2  # bf16 keeps 8 significant bits
+            assert 0 < precision["update_lost"] < 1e-1
+    warnings = [r for r in caplog.records if "write_precision" in r.getMessage()]
+    assert len(warnings) == 1 and "bfloat16" in warnings[0].getMessage()
+
+
+def test_float32_write_has_no_precision_report(random_gpt2, cache):
+    model, tok = random_gpt2
+    handle = ROMEEditor(FAST, progress=False).apply(model, tok, [HARRY])
+    handle.restore()
+    assert "write_precision" not in handle.info["edits"][0]
+
+
 def test_shipped_hparams_validate():
     for key in (
         "knowgic-tiny",
@@ -200,6 +268,24 @@ def test_shipped_hparams_validate():
         ROMEEditor(hparams)  # the typed reading accepts it too
     with pytest.raises(KnowgicError, match="Additional properties"):
         validate_hparams({"layers": [1], "lyaers": [2]}, "rome", "test")
+    # The Llama and Qwen files use the paper's C⁻¹k* with Wikipedia statistics, a corpus datasets can name.
+    for key in ("llama-3-8b", "qwen2.5-7b"):
+        hparams, _ = load_hparams("rome", key, "unknown-family")
+        config = ROMEEditor(hparams).config
+        assert config.mom2_adjustment is True
+        assert (config.mom2_n_samples, config.mom2_dtype) == (100000, "float32")
+        assert parse_datasets_corpus(config.mom2_dataset) == ("wikimedia/wikipedia", "20231101.en", "train")
+
+
+def test_unknown_key_is_an_error_when_built_from_python():
+    """Not only the CLI: an editor constructed with a typo in its hparams refuses it, naming the key."""
+    with pytest.raises(KnowgicError, match=r"unknown key 'lyaers'; did you mean 'layers'\?") as info:
+        ROMEEditor({"layers": [0], "lyaers": [0]})
+    assert "editor 'rome'" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(KnowgicError, match="unknown key 'lyaers'"):
+        ROMEEditor({"lyaers": [0]})  # named before the missing 'layers'
+    with pytest.raises(KnowgicError, match=r"/context_template_prompts"):
+        ROMEEditor({"layers": [0], "context_template_prompts": []})  # the rest of the schema holds too
 
 
 # ---------------------------------------------------------------------------------------- knowgic-tiny

@@ -41,10 +41,14 @@ class Editor:
 
     Subclasses set ``name`` and implement :meth:`apply`. ``hparams`` is the method's configuration,
     read from YAML; ``hparams_schema`` (optional) is a JSON Schema the harness validates it against.
+    ``uses_key_statistics``: the method reads the second moment of keys (hparams ``mom2_dataset`` and
+    ``mom2_n_samples``, see :mod:`knowgic.editors.layer_stats`), so ``--stats-corpus`` and
+    ``--stats-samples`` apply to it.
     """
 
     name: ClassVar[str] = "editor"
     hparams_schema: ClassVar[Mapping[str, Any] | None] = None
+    uses_key_statistics: ClassVar[bool] = False
 
     def __init__(self, hparams: Mapping[str, Any] | None = None) -> None:
         self.hparams: dict[str, Any] = dict(hparams or {})

@@ -5,11 +5,11 @@ uncentred second moment of the keys k, the inputs of the edited matrix W, over t
 :func:`second_moment` averages k kᵀ over every non-special token of a corpus (special tokens such as a
 prepended BOS are left out: their activations are outliers that no edit ever reads) and caches the result.
 
-Cache: ``knowgic.paths.cache_dir() / "stats" / <revision digest> / <layer>__<corpus>__n<count>__<dtype>``
-as ``.safetensors`` with a ``.json`` metadata file beside it, keyed by (model revision, layer, corpus and
-its content hash, sample count, dtype). A file whose metadata does not match the key, whose sha256 does not
-match the metadata (truncated, overwritten), whose shape is not (d_in, d_in) or that holds non-finite values
-is rebuilt, never used.
+Cache: ``knowgic.paths.cache_dir() / "stats" / <model digest> / <layer>__<corpus>__n<count>__<dtype>``
+as ``.safetensors`` with a ``.json`` metadata file beside it, keyed by (model id, model revision, layer,
+corpus and its content hash, sample count, dtype). A file whose metadata does not match the key, whose sha256
+does not match the metadata (truncated, overwritten), whose shape is not (d_in, d_in) or that holds non-finite
+values is rebuilt, never used.
 
 Corpora: ``knowgic`` (offline default) = the benchmark's own texts: every question and every cloze fact
 (prompt filled with its subject, followed by its answer) of the chains and broader contexts, and every
@@ -27,7 +27,11 @@ cache); there ``sample_count`` is the number of texts used at most.
 
 Model revision: the harness sets ``model.config._knowgic_revision`` (the loaded model's revision); without
 it :func:`model_revision` falls back to :func:`model_fingerprint`, a hash of the config and a strided sample
-of every parameter. Either way the model's dtype is part of the revision string.
+of every parameter. Either way the model's dtype is part of the revision string. Model id
+(:func:`model_identity`): the name or path the model was loaded by (``config._knowgic_model_id``, set by the
+harness, else ``config._name_or_path``). It is part of the key because a declared revision need not tell two
+models apart: a hub model whose commit could not be resolved has the revision ``unknown`` (or the branch
+asked for), whatever the model.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from knowgic.paths import PACKAGE_DIR, cache_dir
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: model id in the key
 DEFAULT_CORPUS = "knowgic"
 DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64,
@@ -94,6 +98,17 @@ def model_fingerprint(model: torch.nn.Module) -> str:
             idx = torch.arange(k, dtype=torch.int64, device=flat.device) * (n - 1) // max(k - 1, 1)
             h.update(flat[idx].to(torch.float64).cpu().numpy().tobytes())
     return "fp-" + h.hexdigest()
+
+
+def model_identity(model: torch.nn.Module) -> str:
+    """The model's name or path: ``config._knowgic_model_id`` (set by the harness) or ``config._name_or_path``
+    (set by ``from_pretrained``); "" for a model built in memory (its fingerprint then identifies it)."""
+    config = getattr(model, "config", None)
+    for attr in ("_knowgic_model_id", "_name_or_path"):
+        value = getattr(config, attr, None)
+        if value:
+            return str(value)
+    return ""
 
 
 def model_revision(model: torch.nn.Module) -> str:
@@ -172,6 +187,26 @@ def parse_datasets_corpus(corpus: str) -> tuple[str, str | None, str]:
     return m.group(1), m.group(2), m.group(3) or "train"
 
 
+def check_corpus_name(corpus: str) -> None:
+    """``knowgic`` or a well-formed ``datasets`` name (whether it exists is only known when it is read)."""
+    if corpus != DEFAULT_CORPUS:
+        parse_datasets_corpus(corpus)
+
+
+def stats_overrides(corpus: str | None, sample_count: int | None) -> dict[str, Any]:
+    """The hparams that ``--stats-corpus`` and ``--stats-samples`` set (``mom2_dataset``, ``mom2_n_samples``),
+    checked; empty when neither is given."""
+    out: dict[str, Any] = {}
+    if corpus is not None:
+        check_corpus_name(corpus)
+        out["mom2_dataset"] = corpus
+    if sample_count is not None:
+        if isinstance(sample_count, bool) or not isinstance(sample_count, int) or sample_count < 1:
+            raise KnowgicError(f"stats sample count must be a positive integer, got {sample_count!r}")
+        out["mom2_n_samples"] = sample_count
+    return out
+
+
 def knowgic_documents(
     texts: Sequence[str], count: int, *, per_doc: int = TEXTS_PER_DOC, seed: int = 0
 ) -> list[str]:
@@ -228,6 +263,7 @@ def load_corpus(corpus: str, sample_count: int) -> Corpus:
 class StatsKey:
     """What a cached second moment was computed from; every field must match for the file to be used."""
 
+    model_id: str
     model_revision: str
     layer: str
     corpus: str
@@ -244,8 +280,9 @@ def _slug(text: str) -> str:
 
 def stats_paths(key: StatsKey) -> tuple[Path, Path]:
     """(tensor file, metadata file) for ``key``."""
-    digest = hashlib.sha256(key.model_revision.encode()).hexdigest()[:16]
-    folder = cache_dir() / "stats" / f"{_slug(key.model_revision.split('|')[0])[:40]}-{digest}"
+    digest = hashlib.sha256(f"{key.model_id}\x00{key.model_revision}".encode()).hexdigest()[:16]
+    label = key.model_id.rstrip("/").split("/")[-1] or key.model_revision.split("|")[0]
+    folder = cache_dir() / "stats" / f"{_slug(label)[:40]}-{digest}"
     stem = f"{_slug(key.layer)}__{_slug(key.corpus)}__n{key.sample_count}__{key.dtype}"
     return folder / f"{stem}.safetensors", folder / f"{stem}.json"
 
@@ -415,6 +452,7 @@ def second_moments(
     tokenizer: Any,
     layer_names: Sequence[str],
     *,
+    model_id: str,
     model_revision: str,
     corpus: str = DEFAULT_CORPUS,
     sample_count: int,
@@ -430,6 +468,7 @@ def second_moments(
     for name in dict.fromkeys(layer_names):
         d = key_dim(model, name)
         keys[name] = StatsKey(
+            model_id=model_id,
             model_revision=model_revision,
             layer=name,
             corpus=corpus,
@@ -467,6 +506,7 @@ def second_moment(
     tokenizer: Any,
     layer_name: str,
     *,
+    model_id: str,
     model_revision: str,
     corpus: str = DEFAULT_CORPUS,
     sample_count: int,
@@ -476,7 +516,8 @@ def second_moment(
 ) -> torch.Tensor:
     """C = E[k kᵀ] (d_in, d_in) at the input of module ``layer_name``, on CPU in ``dtype``; cached.
 
-    ``model_revision`` identifies the weights (see :func:`model_revision`); ``corpus`` and
+    ``model_id`` and ``model_revision`` identify the model and its weights (see :func:`model_identity` and
+    :func:`model_revision`); ``corpus`` and
     ``sample_count`` choose the texts (module docstring). Accumulation is in float64; ``dtype`` is the
     stored precision and part of the key.
     """
@@ -484,6 +525,7 @@ def second_moment(
         model,
         tokenizer,
         [layer_name],
+        model_id=model_id,
         model_revision=model_revision,
         corpus=corpus,
         sample_count=sample_count,
@@ -496,9 +538,9 @@ def second_moment(
 class SecondMoments:
     """An editor's memo of C per (model, layer, corpus, sample count, dtype), in front of the disk cache.
 
-    The model's revision is taken once, the first time a model is seen, so the statistics stay those of the
-    pristine model while a sequential run keeps editing it (as in the reference implementations, which
-    compute C once). Models are held weakly; the memo is not edit state and survives ``Editor.reset()``.
+    The model's id and revision are taken once, the first time a model is seen, so the statistics stay those
+    of the pristine model while a sequential run keeps editing it (as in the reference implementations,
+    which compute C once). Models are held weakly; the memo is not edit state and survives ``Editor.reset()``.
     """
 
     def __init__(self) -> None:
@@ -524,6 +566,7 @@ class SecondMoments:
         memo = self._memo.setdefault(model, {})
         if ("revision",) not in memo:
             memo[("revision",)] = model_revision(model)
+            memo[("model_id",)] = model_identity(model)
         names = [
             n for n in dict.fromkeys([layer_name, *prefetch]) if (n, corpus, sample_count, dtype) not in memo
         ]
@@ -532,6 +575,7 @@ class SecondMoments:
                 model,
                 tokenizer,
                 names,
+                model_id=memo[("model_id",)],
                 model_revision=memo[("revision",)],
                 corpus=corpus,
                 sample_count=sample_count,

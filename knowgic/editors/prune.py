@@ -1,21 +1,30 @@
 """PRUNE: perturbation restraint on the accumulated edit (Ma et al., "Perturbation-Restrained Sequential
 Model Editing", ICLR 2025, Sec. 4), applied on top of MEMIT.
 
-Notation of the paper: W is the edited matrix before any edit, with singular values σ_i; after n sequential
-edits the model holds W + ΔW_n, ΔW_n = Σ_j Δ_j, whose singular values are σ̂_i. The paper bounds the
-perturbation of the stored associations by the condition number of the edited matrix and shows that it grows
-with the large singular values of ΔW_n. PRUNE keeps every σ̂_i ≤ max_i σ_i and replaces each larger one by
+Notation of the paper: W (W₀ below) is the edited matrix before any edit, with singular values σ_i; after n
+sequential edits the model holds W_n = W + ΔW_n, and σ̂_i are the singular values of ΔW_n. The paper bounds
+the perturbation of the stored associations by the condition number of the edited matrix and shows that it
+grows with the large singular values of ΔW_n. PRUNE keeps the singular vectors of ΔW_n and maps every σ̂_i
+above max_i σ_i by the restraint function of Sec. 4,
 
-    F(σ̂_i) = log_α(σ̂_i) − log_α(max_i σ_i) + max_i σ_i,
+    F(σ̂_i) = log_α(σ̂_i) − log_α(max_i σ_i) + max_i σ_i   if σ̂_i > max_i σ_i,   F(σ̂_i) = σ̂_i otherwise,
 
-leaving the singular vectors alone: ΔW_n ← Û diag(F(σ̂)) V̂ᵀ. F is continuous at max σ (F = id there) and
-grows only logarithmically beyond it, so the restrained values satisfy
-F(σ̂) ≤ max σ + log_α(σ̂_max / max σ).
+    ΔW_n ← Û diag(F(σ̂)) V̂ᵀ.
 
-State: the restraint acts on the total ΔW since :meth:`PRUNEEditor.reset`, as in the reference code (which
-subtracts the weights before the first edit). The editor remembers W₀ (the weight at the first edit after
-the reset), σ_max(W₀) and Σ_j Δ_j (the sum of MEMIT's raw updates), and writes W₀ + F(Σ_j Δ_j) after every
-edit. In independent mode (one edit per reset) it acts on that one edit's update.
+F is continuous at max σ (F = id there) and grows only logarithmically beyond it, so every restrained value
+satisfies F(σ̂) ≤ max σ + log_α(σ̂_max / max σ).
+
+What is restrained is the change the model actually holds. Edit n is a complete MEMIT edit (all its layers,
+each layer's residual computed on the model as the lower layers' unrestrained updates left it) applied to
+W_{n−1}, which already holds the restrained earlier edits; only then, once per edit, each edited matrix is set
+to W₀ + F(W_{n−1} + Δ_n − W₀):
+
+    ΔW_1 = F(Δ_1),   ΔW_n = F(ΔW_{n−1} + Δ_n),
+
+as the reference implementation does (mjy1111/PRUNE, ``reduce_weights``: it reads W_current − W₀ from the
+model after each edit). W₀ (the weight
+at the first edit after :meth:`PRUNEEditor.reset`) and max σ(W₀) are the editor's only state; in independent
+mode (one edit per reset) PRUNE acts on that one edit's update, F(Δ_1).
 """
 
 from __future__ import annotations
@@ -27,9 +36,11 @@ from typing import Any, ClassVar
 
 import torch
 
+from knowgic.editors.arch import arch_for, get_parameter
 from knowgic.editors.base import EditHandle
 from knowgic.editors.memit.hparams import MEMITHyperParams
 from knowgic.editors.memit.memit_main import LayerSystem, MEMITEditor
+from knowgic.editors.rome.weights import read_named_weight, resolve_layers, write_weight
 from knowgic.errors import KnowgicError
 from knowgic.records import EditRequest
 
@@ -103,17 +114,16 @@ class PRUNEHyperParams(MEMITHyperParams):
         object.__setattr__(self, "prune_log_base", base)
 
 
-@dataclass
-class _Accumulated:
-    """Per edited weight since the last reset: W₀, max σ(W₀) and Σ_j Δ_j (MEMIT's raw updates)."""
+@dataclass(frozen=True)
+class BaseWeight:
+    """W₀ of one edited matrix (a copy of the parameter, in its own dtype and layout) and max σ(W₀)."""
 
-    w0: torch.Tensor
+    param: torch.Tensor
     sigma_max: float
-    total: torch.Tensor
 
 
 class PRUNEEditor(MEMITEditor):
-    """MEMIT whose accumulated update is restrained by PRUNE's log rule; see the module docstring."""
+    """MEMIT, then PRUNE's restraint of each edited matrix's accumulated change; see the module docstring."""
 
     name: ClassVar[str] = "prune"
     hparams_class: ClassVar[type[PRUNEHyperParams]] = PRUNEHyperParams
@@ -121,76 +131,93 @@ class PRUNEEditor(MEMITEditor):
 
     def __init__(self, hparams: Mapping[str, Any] | None = None, *, progress: bool = True) -> None:
         super().__init__(dict(hparams) if hparams is not None else None, progress=progress)
-        self._acc: dict[str, _Accumulated] = {}
-        self._pending: dict[str, torch.Tensor] = {}
-        self._layer_info: dict[str, dict[str, Any]] = {}
+        self._base: dict[str, BaseWeight] = {}  # W₀ per weight name since the last reset (edit state)
+        # W₀ and max σ(W₀) of weights seen before, so that independent edits (a reset each) do not recompute
+        # the spectral norm of the same pristine matrix; not edit state.
+        self._memo: dict[str, BaseWeight] = {}
+        self._keys: dict[str, torch.Tensor] = {}
         self._epoch = 0  # bumped by reset(): a handle from before a reset leaves the new state alone
         self._live = 0  # applied and not yet restored edits in this epoch
 
-    @property
-    def accumulated(self) -> dict[str, torch.Tensor]:
-        """Σ_j Δ_j per weight name since the last reset (MEMIT's raw updates, before the restraint)."""
-        return {name: acc.total.clone() for name, acc in self._acc.items()}
-
     def reset(self) -> None:
         super().reset()
-        self._acc.clear()
-        self._pending.clear()
+        self._base.clear()
         self._epoch += 1
         self._live = 0
 
+    def base_weight(self, name: str) -> BaseWeight | None:
+        """W₀ and max σ(W₀) of ``name`` in the current sequence of edits (None before its first edit)."""
+        return self._base.get(name)
+
     def postprocess_delta(self, system: LayerSystem, delta: torch.Tensor) -> torch.Tensor:
-        """The increment that turns the current W into W₀ + F(Σ_j Δ_j), this edit's Δ included."""
-        name = system.weight_name
-        acc = self._acc.get(name)
-        if acc is None:
-            w0 = system.w0.detach().to(torch.float64).clone()
-            acc = _Accumulated(w0=w0, sigma_max=largest_singular_value(w0), total=torch.zeros_like(w0))
-            self._acc[name] = acc
-        raw = delta.to(device=acc.w0.device, dtype=torch.float64)
-        pending = self._pending.get(name)
-        pending = raw if pending is None else pending + raw
-        self._pending[name] = pending
-        out = restrain(acc.total + pending, acc.sigma_max, self.config.prune_log_base)
-        self._layer_info[name] = {
-            "layer": system.layer,
-            "sigma_max_w0": acc.sigma_max,
-            "sigma_max_delta": float(out.singular_values[0]),
-            "sigma_max_restrained": float(out.restrained_values[0]),
+        """MEMIT's ΔW unchanged (PRUNE restrains after the whole edit); keeps the layer's keys K, on which
+        the rounding of the restrained write is measured for low-precision weights."""
+        self._keys[system.weight_name] = system.keys
+        return delta
+
+    def _base_for(self, model: torch.nn.Module, name: str) -> BaseWeight:
+        param = get_parameter(model, name).detach()
+        memo = self._memo.get(name)
+        if memo is None or memo.param.shape != param.shape or not torch.equal(memo.param, param):
+            memo = BaseWeight(param=param.clone(), sigma_max=largest_singular_value(param))
+            self._memo[name] = memo
+        return memo
+
+    def restrain_weight(self, model: torch.nn.Module, name: str, base: BaseWeight) -> dict[str, Any]:
+        """W ← W₀ + F(W − W₀) for one matrix (float64, rounded once to the parameter's dtype)."""
+        arch = arch_for(model)
+        w0 = base.param.to(torch.float64)
+        w0 = w0.T if arch.weight_transposed else w0
+        change = read_named_weight(model, arch, name) - w0
+        out = restrain(change, base.sigma_max, self.config.prune_log_base)
+        info: dict[str, Any] = {
+            "weight": name,
+            "sigma_max_w0": base.sigma_max,
+            "sigma_max_delta": float(out.singular_values[0]) if out.singular_values.numel() else 0.0,
+            "sigma_max_restrained": float(out.restrained_values[0]) if out.restrained_values.numel() else 0.0,
             "n_restrained": out.n_restrained,
         }
-        current = system.w0.to(device=acc.w0.device, dtype=torch.float64)
-        return (acc.w0 + out.delta - current).to(delta.device)
+        if out.n_restrained:  # else the model already holds W₀ + F(W − W₀) = W
+            written = write_weight(model, arch, name, w0 + out.delta, self._keys.get(name))
+            precision = self.precision.report(written)
+            if precision is not None:
+                info["write_precision"] = precision
+        return info
 
     def apply(self, model: torch.nn.Module, tokenizer: Any, requests: Sequence[EditRequest]) -> EditHandle:
-        self._pending = {}
-        self._layer_info = {}
+        requests = list(requests)
+        if not requests:
+            return super().apply(model, tokenizer, requests)
+        arch = arch_for(model)
+        layers = resolve_layers(model, self.config.layers, f"{self.name} hparams")
+        names = [arch.mlp_out_weight(layer) for layer in layers]
+        bases = {n: self._base.get(n) or self._base_for(model, n) for n in names}  # W₀ before MEMIT writes
+        self._keys = {}
+        handle = super().apply(model, tokenizer, requests)  # W_{n−1} + Δ_n, snapshot of W_{n−1} kept
         try:
-            handle = super().apply(model, tokenizer, requests)
+            layer_info = [
+                {"layer": layer, **self.restrain_weight(model, n, bases[n])}
+                for layer, n in zip(layers, names, strict=True)
+            ]
+        except BaseException:
+            handle.restore()
+            raise
         finally:
-            committed, self._pending = self._pending, {}
-        for name, raw in committed.items():
-            self._acc[name].total = self._acc[name].total + raw
+            self._keys = {}
+        self._base.update(bases)
         self._live += 1
         epoch = self._epoch
-        handle.info["prune"] = {
-            "log_base": self.config.prune_log_base,
-            "layers": [dict(v) for v in self._layer_info.values()],
-        }
+        handle.info["prune"] = {"log_base": self.config.prune_log_base, "layers": layer_info}
         restore_weights = handle.restore_fn
 
         def restore() -> None:
             if restore_weights is not None:
-                restore_weights()
+                restore_weights()  # back to W_{n−1}, bitwise
             if epoch != self._epoch:
                 return
             self._live -= 1
             if self._live == 0:
-                self._acc.clear()  # the model is back at W₀: start afresh
-                return
-            for name, raw in committed.items():
-                if name in self._acc:
-                    self._acc[name].total = self._acc[name].total - raw
+                self._base.clear()  # the model is back at W₀: the next edit starts a new sequence
 
         handle.restore_fn = restore
         return handle

@@ -6,26 +6,25 @@ import argparse
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
 
-_HEADLINE = (
-    ("ifr", "IFR", "lower"),
-    ("ifr_uncapped", "IFR (uncapped)", "lower"),
-    ("preservation", "Preservation", "higher"),
-    ("preservation_macro", "Preservation (macro)", "higher"),
-    ("efficacy", "Efficacy", "higher"),
-    ("efficacy_magnitude", "Efficacy magnitude", "higher"),
-    ("generalization", "Generalization", "higher"),
-    ("specificity", "Specificity", "higher"),
-    ("specificity_same_relation", "  same relation", "higher"),
-    ("specificity_other_graphs", "  other graphs", "higher"),
-    ("deep_editing_score", "Deep-editing score", "higher"),
-)
+if TYPE_CHECKING:
+    from knowgic.evaluation.spec import EvaluationSpec
+
+
+def _spec_default(attribute: str) -> str:
+    """A default from the benchmark spec for help texts; a broken spec is reported when a command runs."""
+    from knowgic.evaluation.spec import load_evaluation_spec
+
+    try:
+        return str(getattr(load_evaluation_spec(), attribute))
+    except KnowgicError:
+        return "from spec/benchmark.yaml"
 
 
 def _protocol_param(text: str) -> tuple[str, Any]:
@@ -48,6 +47,23 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_stats_arguments(parser: argparse.ArgumentParser, scope: str) -> None:
+    """``--stats-corpus`` and ``--stats-samples``: key statistics of ROME, MEMIT and the methods on them."""
+    parser.add_argument(
+        "--stats-corpus",
+        metavar="CORPUS",
+        help="corpus of the key statistics C = E[k k^T]: 'knowgic' (offline, the benchmark's own texts) or "
+        "a datasets text corpus 'path[:config][@split]', e.g. 'wikimedia/wikipedia:20231101.en' (needs "
+        f"network); replaces the hparams' mom2_dataset ({scope})",
+    )
+    parser.add_argument(
+        "--stats-samples",
+        type=_positive_int,
+        metavar="N",
+        help=f"texts of that corpus to use; replaces the hparams' mom2_n_samples ({scope})",
+    )
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "evaluate",
@@ -65,7 +81,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="built-in (none, ice, rome, memit, ...), entry-point name, or module:Class",
     )
     p.add_argument("--hparams", help="hparams YAML (default: the shipped file for this editor and model)")
-    p.add_argument("--protocol", default="logprob", help="logprob (default), generate or greedy")
+    p.add_argument(
+        "--protocol",
+        help=f"logprob, generate or greedy (default: {_spec_default('default_protocol')}, the spec's)",
+    )
     p.add_argument(
         "--protocol-param",
         action="append",
@@ -74,7 +93,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="override a protocol parameter from spec/benchmark.yaml, e.g. k=10 (repeatable)",
     )
-    p.add_argument("--mode", default="independent", help="independent (default) or sequential")
+    p.add_argument(
+        "--mode", help=f"independent or sequential (default: {_spec_default('default_mode')}, the spec's)"
+    )
     p.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
     p.add_argument("--limit", type=_positive_int, help="evaluate only the first N distinct edits")
     p.add_argument("--seed", type=int, default=0)
@@ -87,6 +108,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--no-cache", action="store_true", help="recompute pre-edit scores instead of reading the cache"
     )
     p.add_argument("--json", action="store_true", help="print the results document instead of the table")
+    _add_stats_arguments(p, "an error for editors without key statistics")
     p.set_defaults(func=run_evaluate)
 
     s = subparsers.add_parser(
@@ -100,13 +122,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=",".join(BASELINES),
         help=f"comma-separated editors (default: {','.join(BASELINES)})",
     )
-    s.add_argument("--protocol", default="logprob")
-    s.add_argument("--mode", default="independent")
+    s.add_argument("--protocol", help="scoring protocol (default: the spec's default_protocol)")
+    s.add_argument("--mode", help="independent or sequential (default: the spec's default_mode)")
     s.add_argument("--dataset-version")
     s.add_argument("--limit", type=_positive_int)
     s.add_argument("--dtype", default="float32")
     s.add_argument("--device", default="auto")
     s.add_argument("--out", type=Path, required=True)
+    _add_stats_arguments(s, "applied to the editors with key statistics, the others run as they are")
     s.set_defaults(func=run_sweep_command)
 
     b = subparsers.add_parser(
@@ -117,7 +140,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--model", default="knowgic-tiny")
     b.add_argument("--editor", default="rome")
     b.add_argument(
-        "--naive-rows", type=_positive_int, help="measure the naive protocol on this many rows only"
+        "--naive-rows",
+        type=_positive_int,
+        help="time the naive protocol on a seeded sample of this many rows and extrapolate "
+        "(default: 100; the row count or more: every row, no extrapolation)",
+    )
+    b.add_argument("--limit", type=_positive_int, help="benchmark only the first N distinct edits")
+    b.add_argument(
+        "--repeats", type=_positive_int, default=3, help="best of this many scorer/forward timings"
     )
     b.add_argument("--dataset-version")
     b.set_defaults(func=run_bench)
@@ -127,13 +157,14 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 
     overrides = dict(args.protocol_param)
+    # Protocol and mode left out take the spec's defaults (EvaluationRequest's field defaults).
+    chosen = {k: v for k, v in (("protocol", args.protocol), ("mode", args.mode)) if v is not None}
     request = EvaluationRequest(
         model=args.model,
         editor=args.editor,
         hparams_path=args.hparams,
-        protocol=args.protocol,
         protocol_overrides=overrides,
-        mode=args.mode,
+        **chosen,
         dataset_version=args.dataset_version,
         limit=args.limit,
         seed=args.seed,
@@ -141,6 +172,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         device=args.device,
         out_dir=args.out,
         use_cache=not args.no_cache,
+        stats_corpus=args.stats_corpus,
+        stats_samples=args.stats_samples,
     )
     run = evaluate(request, progress=sys.stderr.isatty())
     if args.json:
@@ -157,11 +190,18 @@ def _fmt(value: float | None) -> str:
 
 
 def print_results(
-    document: Mapping[str, Any], results_path: Path | None = None, plots: list[Path] | None = None
+    document: Mapping[str, Any],
+    results_path: Path | None = None,
+    plots: list[Path] | None = None,
+    spec: EvaluationSpec | None = None,
 ) -> None:
+    """Print the results table; labels and directions come from ``spec`` (default: the benchmark spec)."""
     from rich.console import Console
     from rich.table import Table
 
+    from knowgic.evaluation.spec import load_evaluation_spec
+
+    metrics_spec = (spec or load_evaluation_spec()).metrics
     console = Console(soft_wrap=True)
     c, d, m, n = document["config"], document["dataset"], document["metrics"], document["counts"]
     table = Table(
@@ -175,17 +215,21 @@ def print_results(
     table.add_column("n", justify="right")
     table.add_column("better")
     table.add_column("note")
-    for key, label, direction in _HEADLINE:
+    # Labels, order and directions come from the spec; a metric of the document the spec does not
+    # declare (a results file from another version) is still shown, without a direction.
+    for key in [*metrics_spec, *(k for k in m if k not in metrics_spec)]:
+        if key not in m:
+            continue
+        declared = metrics_spec.get(key)
+        label, direction = (declared.label, declared.direction) if declared else (key, "")
         entry = m[key]
-        table.add_row(label, _fmt(entry["value"]), str(entry["n"]), direction, entry.get("reason", ""))
-    for length, entry in m["ifr_by_length"].items():
-        table.add_row(
-            f"  IFR, {length}-step chains",
-            _fmt(entry["value"]),
-            str(entry["n"]),
-            "lower",
-            entry.get("reason", ""),
-        )
+        if "value" in entry:
+            table.add_row(label, _fmt(entry["value"]), str(entry["n"]), direction, entry.get("reason", ""))
+            continue
+        for part, sub in entry.items():  # ifr_by_length: one row per chain length
+            table.add_row(
+                f"  {label}, n = {part}", _fmt(sub["value"]), str(sub["n"]), direction, sub.get("reason", "")
+            )
     console.print(table)
     console.print(
         f"chains {n['chains']} (active {n['active_chains']}, still recoverable {n['recoverable_chains']}), "
@@ -220,6 +264,8 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         device=args.device,
         progress=sys.stderr.isatty(),
+        stats_corpus=args.stats_corpus,
+        stats_samples=args.stats_samples,
     )
     print(table)
     return 0
@@ -232,8 +278,10 @@ def run_bench(args: argparse.Namespace) -> int:
         run_benchmark(
             model=args.model,
             editor=args.editor,
-            naive_rows=args.naive_rows,
+            naive_rows_measured=args.naive_rows,
             dataset_version=args.dataset_version,
+            limit=args.limit,
+            repeats=args.repeats,
         )
     except MemoryError as exc:
         raise KnowgicError(f"out of memory during the benchmark: {exc}") from None

@@ -18,12 +18,20 @@ import torch
 import knowgic
 from knowgic.editors.base import Editor
 from knowgic.editors.hparams import hparams_sha256, load_hparams, read_hparams_file, validate_hparams
+from knowgic.editors.layer_stats import stats_overrides
 from knowgic.editors.registry import BUILTIN_EDITORS, resolve_editor
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.harness import MODES, RunScores, run_edits
-from knowgic.evaluation.outcomes import collect_outcomes, compute_counts, compute_metrics, per_edit_records
+from knowgic.evaluation.outcomes import (
+    METRIC_NAMES,
+    collect_outcomes,
+    compute_counts,
+    compute_metrics,
+    per_edit_records,
+)
 from knowgic.evaluation.plan import EvalPlan, build_plan
-from knowgic.evaluation.results import check_writable, environment, finalize, write_results
+from knowgic.evaluation.results import check_writable, environment, finalize, write_run_outputs
+from knowgic.evaluation.spec import load_evaluation_spec
 from knowgic.models.base import LoadedModel
 from knowgic.scoring.base import Scorer, Scores
 
@@ -37,9 +45,9 @@ class EvaluationRequest:
     model: str
     editor: str
     hparams_path: str | None = None
-    protocol: str = "logprob"
+    protocol: str = field(default_factory=lambda: load_evaluation_spec().default_protocol)
     protocol_overrides: dict[str, Any] = field(default_factory=dict)
-    mode: str = "independent"
+    mode: str = field(default_factory=lambda: load_evaluation_spec().default_mode)
     dataset_version: str | None = None
     limit: int | None = None
     seed: int = 0
@@ -47,6 +55,10 @@ class EvaluationRequest:
     device: str = "auto"
     out_dir: Path | None = None
     use_cache: bool = True
+    # Corpus and sample count of the key statistics (editors with uses_key_statistics): they replace the
+    # hparams' mom2_dataset and mom2_n_samples; None keeps the hparams' values.
+    stats_corpus: str | None = None
+    stats_samples: int | None = None
 
 
 @dataclass
@@ -65,8 +77,19 @@ def check_request(request: EvaluationRequest) -> type[Editor]:
     from knowgic.dataset.versions import version_dir
     from knowgic.scoring import make_scorer
 
+    spec = load_evaluation_spec()
+    if request.mode not in spec.modes:
+        raise KnowgicError(f"unknown mode {request.mode!r}; known: {', '.join(spec.modes)}")
     if request.mode not in MODES:
-        raise KnowgicError(f"unknown mode {request.mode!r}; known: {', '.join(MODES)}")
+        raise KnowgicError(
+            f"spec/benchmark.yaml declares mode {request.mode!r}, which this version of knowgic does not "
+            f"implement (it implements {', '.join(MODES)})"
+        )
+    undeclared = [name for name in METRIC_NAMES if name not in spec.metrics]
+    if undeclared:
+        raise KnowgicError(
+            f"spec/benchmark.yaml declares no version for the metric(s) {', '.join(undeclared)}"
+        )
     if request.dtype not in DTYPES:
         raise KnowgicError(f"unknown dtype {request.dtype!r}; known: {', '.join(DTYPES)}")
     if request.limit is not None and request.limit < 1:
@@ -74,6 +97,13 @@ def check_request(request: EvaluationRequest) -> type[Editor]:
     make_scorer(request.protocol, **request.protocol_overrides)  # unknown protocol/params fail here
     version_dir(request.dataset_version)  # unknown version fails here
     editor_cls = resolve_editor(request.editor)
+    if request.stats_corpus is not None or request.stats_samples is not None:
+        if not editor_cls.uses_key_statistics:
+            raise KnowgicError(
+                f"--stats-corpus/--stats-samples: editor {request.editor!r} uses no key statistics "
+                "(they apply to rome, memit, alphaedit, prune, rect and editors built on them)"
+            )
+        stats_overrides(request.stats_corpus, request.stats_samples)  # a malformed corpus name fails here
     if request.hparams_path is not None:
         # A malformed file fails now, not after the model has loaded.
         path = Path(request.hparams_path)
@@ -105,6 +135,14 @@ def make_editor(
         editor_schema=editor_cls.hparams_schema,
         required=method not in _HPARAMS_OPTIONAL and request.editor in BUILTIN_EDITORS,
     )
+    overrides = stats_overrides(request.stats_corpus, request.stats_samples)
+    if overrides:
+        if hparams.get("mom2_adjustment") is False:
+            raise KnowgicError(
+                f"--stats-corpus/--stats-samples: the hparams of editor {request.editor!r} "
+                f"({source or 'defaults'}) set mom2_adjustment: false, so no key statistics are collected"
+            )
+        hparams = {**hparams, **overrides}  # recorded in results.json as the hparams the run used
     try:
         editor = editor_cls(hparams)
     except KnowgicError:
@@ -130,7 +168,13 @@ def pre_edit_scores(
     key = None
     if cache is not None:
         key = cache.key(
-            loaded.revision, scorer.protocol, scorer.params, dataset_sha256, queries_sha256(plan.queries)
+            loaded.revision,
+            scorer.protocol,
+            scorer.params,
+            dataset_sha256,
+            queries_sha256(plan.queries),
+            dtype=loaded.dtype,
+            device_type=torch.device(loaded.device).type,
         )
         cached = cache.get(key)
         if cached is not None and len(cached) == len(plan.queries):
@@ -163,6 +207,7 @@ def evaluate(
     load_seconds = time.perf_counter() - load_start
     # Editors key cached statistics by this (see knowgic.editors.layer_stats).
     loaded.model.config._knowgic_revision = loaded.revision
+    loaded.model.config._knowgic_model_id = loaded.model_id
 
     overrides = dict(request.protocol_overrides)
     if request.protocol == "generate":
@@ -204,6 +249,11 @@ def evaluate(
         },
         "environment": environment(),
         "metrics": compute_metrics(outcomes),
+        "metric_versions": {
+            name: version
+            for name, version in load_evaluation_spec().metric_versions().items()
+            if name in METRIC_NAMES
+        },
         "counts": compute_counts(plan, outcomes),
         "per_edit": per_edit_records(plan, outcomes, run),
         "chains": [asdict(c) for c in outcomes.chains],
@@ -221,8 +271,9 @@ def evaluate(
     if request.out_dir is not None:
         from knowgic.evaluation.plots import write_plots
 
-        result.plot_paths = write_plots(document, request.out_dir)
-        result.results_path = write_results(document, request.out_dir)
+        result.results_path, result.plot_paths = write_run_outputs(
+            document, request.out_dir, lambda folder: write_plots(document, folder)
+        )
     return result
 
 

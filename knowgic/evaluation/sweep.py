@@ -60,30 +60,42 @@ def run_sweep(
     model: str,
     editors: Sequence[str],
     out_dir: Path,
-    protocol: str = "logprob",
-    mode: str = "independent",
+    protocol: str | None = None,
+    mode: str | None = None,
     dataset_version: str | None = None,
     limit: int | None = None,
     dtype: str = "float32",
     device: str = "auto",
     progress: bool = True,
+    stats_corpus: str | None = None,
+    stats_samples: int | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
+    """``stats_corpus``/``stats_samples`` go to the editors with key statistics (ROME, MEMIT, ...) only."""
+    from knowgic.editors.registry import resolve_editor
     from knowgic.models.loading import load_model
 
     if not editors:
         raise KnowgicError("no editors given")
+    stats = {"stats_corpus": stats_corpus, "stats_samples": stats_samples}
+    with_stats = {e for e in editors if resolve_editor(e).uses_key_statistics}
+    if (stats_corpus is not None or stats_samples is not None) and not with_stats:
+        raise KnowgicError(
+            f"--stats-corpus/--stats-samples: none of the editors {', '.join(editors)} uses key statistics"
+        )
     check_writable(out_dir)
+    # Protocol and mode left as None take the spec's defaults (EvaluationRequest's field defaults).
+    chosen = {k: v for k, v in (("protocol", protocol), ("mode", mode)) if v is not None}
     requests = [
         EvaluationRequest(
             model=model,
             editor=editor,
-            protocol=protocol,
-            mode=mode,
+            **chosen,
             dataset_version=dataset_version,
             limit=limit,
             dtype=dtype,
             device=device,
             out_dir=out_dir / editor.replace(":", "_").replace("/", "_"),
+            **(stats if editor in with_stats else {}),
         )
         for editor in editors
     ]

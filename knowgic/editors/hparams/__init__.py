@@ -3,11 +3,13 @@
 Lookup for ``--editor M`` on a model with key ``K`` (offline name or hub id's last part, lower-cased) and
 family ``F``: ``--hparams FILE`` if given; else ``knowgic/editors/hparams/M/K.yaml``; else ``M/F.yaml``.
 Schemas live in ``spec/schemas/hparams/M.schema.json`` (or on the editor class as ``hparams_schema``);
-an unknown key is an error.
+an unknown key is an error, both when a file is loaded and when an editor is built from a dict in Python
+(:func:`check_editor_hparams`).
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from collections.abc import Mapping
@@ -84,6 +86,26 @@ def validate_hparams(
         pointer = "/" + "/".join(str(p) for p in first.absolute_path)
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise KnowgicError(f"hparams {where} at {pointer}: {first.message}{more}")
+
+
+def check_editor_hparams(
+    hparams: Mapping[str, Any], method: str, where: str, editor_schema: Mapping[str, Any] | None = None
+) -> None:
+    """What an editor checks when it is constructed: first that every key is one the schema knows (the error
+    names the key and the closest known one), then the whole schema (:func:`validate_hparams`)."""
+    schema = schema_for(method, editor_schema)
+    if schema is None:
+        return
+    known = [str(k) for k in schema.get("properties", {})]
+    if schema.get("additionalProperties") is False:
+        unknown = [k for k in hparams if k not in known]
+        if unknown:
+            key = str(unknown[0])
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(sorted(known))}"
+            more = f" (and {len(unknown) - 1} more unknown)" if len(unknown) > 1 else ""
+            raise KnowgicError(f"hparams {where}: unknown key {key!r}{more}; {hint}")
+    validate_hparams(hparams, method, where, editor_schema)
 
 
 def find_default_hparams(method: str, model_id: str, family: str) -> Path | None:

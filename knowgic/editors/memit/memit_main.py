@@ -11,11 +11,14 @@ For a batch of requests (s_i, r_i, o_i):
 
        ΔW^l = R^l K^lᵀ (λC + K^l K^lᵀ)⁻¹,
 
-   solved in float64 with ``torch.linalg.solve`` (no explicit inverse), then written into W^l.
+   solved in float64 with ``torch.linalg.solve`` (no explicit inverse), then written into W^l (rounded once
+   to the weight's dtype; for bfloat16/float16 weights the rounding's effect on the layer's keys is measured
+   and reported, ``write_precision``, see :mod:`knowgic.editors.rome.weights`).
 
-Extension points for methods built on MEMIT (AlphaEdit, PRUNE, RECT): :meth:`MEMITEditor.solve_layer`
+Extension points for methods built on MEMIT (AlphaEdit, RECT): :meth:`MEMITEditor.solve_layer`
 (the linear system of one layer, given as a :class:`LayerSystem`), :meth:`MEMITEditor.postprocess_delta`
-(changes ΔW before it is written), :meth:`MEMITEditor.reset` (state between independent edits).
+(changes ΔW before it is written), :meth:`MEMITEditor.reset` (state between independent edits). PRUNE
+acts on the whole edit instead, after :meth:`MEMITEditor.apply`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch
 
 from knowgic.editors.arch import arch_for, get_module
 from knowgic.editors.base import EditHandle, Editor, snapshot_restore
+from knowgic.editors.hparams import check_editor_hparams
 from knowgic.editors.layer_stats import SecondMoments
 from knowgic.editors.memit.compute_ks import compute_ks
 from knowgic.editors.memit.compute_z import compute_z
@@ -36,7 +40,7 @@ from knowgic.editors.memit.hparams import MEMITHyperParams
 from knowgic.editors.memit.post_norm import residual_to_mlp_output
 from knowgic.editors.repr_tools import reps_at_tokens
 from knowgic.editors.rome.rome_main import ContextTemplates, check_loss_layer, objective_from
-from knowgic.editors.rome.weights import add_to_weight, read_weight, resolve_layers
+from knowgic.editors.rome.weights import PrecisionWarning, add_to_weight, read_weight, resolve_layers
 from knowgic.errors import KnowgicError
 from knowgic.records import EditRequest
 
@@ -74,17 +78,28 @@ def memit_solve(system: LayerSystem) -> torch.Tensor:
 
 
 class MEMITEditor(Editor):
-    """MEMIT over ``hparams["layers"]``; many requests in one :meth:`apply` are edited together."""
+    """MEMIT over ``hparams["layers"]``; many requests in one :meth:`apply` are edited together.
+
+    The hparams are checked on construction against the class's ``hparams_schema`` when it sets one, else
+    against ``spec/schemas/hparams/<hparams_class.method>.schema.json`` (memit, alphaedit, prune, rect): an
+    unknown key is an error. A subclass with keys of its own declares them with
+    :func:`knowgic.editors.memit.schema.extend_memit_schema`.
+    """
 
     name: ClassVar[str] = "memit"
     hparams_class: ClassVar[type[MEMITHyperParams]] = MEMITHyperParams
+    uses_key_statistics: ClassVar[bool] = True
 
     def __init__(self, hparams: dict[str, Any] | None = None, *, progress: bool = True) -> None:
         super().__init__(hparams)
+        check_editor_hparams(
+            self.hparams, self.hparams_class.method, f"of editor {self.name!r}", type(self).hparams_schema
+        )
         self.config = self.hparams_class.from_dict(self.hparams)
         self.progress = progress
         self.stats = SecondMoments()
         self.templates = ContextTemplates()
+        self.precision = PrecisionWarning(self.name)
 
     # -- extension points -------------------------------------------------------------------------------
 
@@ -210,16 +225,18 @@ class MEMITEditor(Editor):
                 raise ValueError(
                     f"{self.name}: ΔW of shape {tuple(delta.shape)} for {weight_name} {tuple(w0.shape)}"
                 )
-            add_to_weight(model, arch, weight_name, delta)
-            layer_infos.append(
-                {
-                    "layer": layer,
-                    "weight": weight_name,
-                    "residual_norm": residual_norm,
-                    "update_norm": float(delta.norm()),
-                    "weight_norm": float(w0.norm()),
-                }
-            )
+            written = add_to_weight(model, arch, weight_name, delta, system.keys)
+            layer_info = {
+                "layer": layer,
+                "weight": weight_name,
+                "residual_norm": residual_norm,
+                "update_norm": float(delta.norm()),
+                "weight_norm": float(w0.norm()),
+            }
+            precision = self.precision.report(written)
+            if precision is not None:
+                layer_info["write_precision"] = precision
+            layer_infos.append(layer_info)
         return {
             "method": self.name,
             "layers": list(layers),

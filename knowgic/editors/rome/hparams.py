@@ -2,8 +2,9 @@
 
 The YAML files and ``spec/schemas/hparams/rome.schema.json`` are the user-facing definition; this module
 turns the dict into a frozen dataclass with the documented defaults, so the math modules never look up
-string keys. Unknown keys are ignored here (the schema rejects them for ROME itself; subclasses of the
-editors add their own keys and read them from ``self.hparams``).
+string keys. Unknown keys are not this module's concern: the editors validate the dict against their JSON
+Schema when they are constructed (:func:`knowgic.editors.hparams.check_editor_hparams`), which rejects
+them, also when an editor is built from Python rather than from a file.
 """
 
 from __future__ import annotations

@@ -15,8 +15,10 @@ chosen by ``v_star_anchor``:
   exactly m_p + δ on the rewrite prompt (ΔW = δ (C⁻¹k*)ᵀ / ((C⁻¹k*)ᵀk_p));
 - ``mean``: v* = W k* + δ; the bare prompt then gets ρ δ.
 
-Either way Ŵk* = v* holds exactly (up to the cast to the parameter's dtype). ρ is reported per edit
-(``key_ratio``); it is near 1 when the prefixed keys and the bare prompt's key agree.
+Either way Ŵk* = v* holds exactly up to the cast to the parameter's dtype; in bfloat16/float16 the
+residual ‖Ŵk* − v*‖ / ‖v*‖ after the write is measured and reported per edit (``write_precision``, see
+:mod:`.weights`). ρ is reported per edit (``key_ratio``); it is near 1 when the prefixed keys and the bare
+prompt's key agree.
 
 Requests are applied one after another, each to the model as the previous one left it.
 """
@@ -34,12 +36,13 @@ import torch
 
 from knowgic.editors.arch import arch_for, num_layers
 from knowgic.editors.base import EditHandle, Editor, snapshot_restore
+from knowgic.editors.hparams import check_editor_hparams
 from knowgic.editors.layer_stats import SecondMoments
 from knowgic.editors.rome.compute_u import compute_key, compute_u
 from knowgic.editors.rome.compute_v import DeltaObjective, DeltaResult, optimize_delta
 from knowgic.editors.rome.context_templates import generate_context_templates
 from knowgic.editors.rome.hparams import LocateEditHParams, ROMEHyperParams
-from knowgic.editors.rome.weights import add_to_weight, read_weight, resolve_layers
+from knowgic.editors.rome.weights import PrecisionWarning, add_to_weight, read_weight, resolve_layers
 from knowgic.errors import KnowgicError
 from knowgic.records import EditRequest
 
@@ -172,16 +175,23 @@ class ContextTemplates:
 
 
 class ROMEEditor(Editor):
-    """ROME on the MLP output projection of ``hparams["layers"]`` (usually one layer)."""
+    """ROME on the MLP output projection of ``hparams["layers"]`` (usually one layer).
+
+    The hparams are checked against ``spec/schemas/hparams/rome.schema.json`` (or the class's
+    ``hparams_schema``) on construction: an unknown key is an error.
+    """
 
     name: ClassVar[str] = "rome"
+    uses_key_statistics: ClassVar[bool] = True
 
     def __init__(self, hparams: dict[str, Any] | None = None, *, progress: bool = True) -> None:
         super().__init__(hparams)
+        check_editor_hparams(self.hparams, "rome", f"of editor {self.name!r}", type(self).hparams_schema)
         self.config = ROMEHyperParams.from_dict(self.hparams)
         self.progress = progress
         self.stats = SecondMoments()
         self.templates = ContextTemplates()
+        self.precision = PrecisionWarning(self.name)
 
     def reset(self) -> None:
         """ROME keeps no edit state (memos of C and of the templates describe the model, not edits)."""
@@ -246,5 +256,9 @@ class ROMEEditor(Editor):
             anchor=self.config.v_star_anchor,
             progress=self.progress,
         )
-        add_to_weight(model, arch_for(model), update.weight_name, update.delta_w)
-        return {"edit_id": request.edit_id, **update.info()}
+        written = add_to_weight(model, arch_for(model), update.weight_name, update.delta_w, update.k_star)
+        info = {"edit_id": request.edit_id, **update.info()}
+        precision = self.precision.report(written)
+        if precision is not None:
+            info["write_precision"] = precision
+        return info
