@@ -322,3 +322,20 @@ def test_cli_prints_table_and_writes_files(knowgic_tiny, tmp_path) -> None:
     assert (out / "results.json").is_file()
     assert (out / "ifr_by_length.png").is_file() and (out / "per_edit.png").is_file()
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_cli_sweep_reports_each_editor_and_writes_the_table(knowgic_tiny, tmp_path, capsys) -> None:
+    out = tmp_path / "sweep"
+    code = _run_main(
+        ["sweep", "--model", "knowgic-tiny", "--editors", "none,ice", "--limit", "1", "--out", str(out)]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    progress = [line for line in captured.err.splitlines() if line.startswith("[")]
+    assert [line.split(":")[0] for line in progress] == ["[1/2] none", "[2/2] ice"]
+    assert "IFR 1.000" in progress[0]
+    table = (out / "summary.md").read_text(encoding="utf-8")
+    assert table.strip() in captured.out
+    rows = [line for line in table.splitlines() if line.startswith("| none") or line.startswith("| ice")]
+    assert len(rows) == 2
+    assert (out / "none" / "results.json").is_file() and (out / "ice" / "results.json").is_file()

@@ -266,6 +266,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         progress=sys.stderr.isatty(),
         stats_corpus=args.stats_corpus,
         stats_samples=args.stats_samples,
+        report=lambda line: print(line, file=sys.stderr, flush=True),
     )
     print(table)
     return 0

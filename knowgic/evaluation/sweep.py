@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +69,12 @@ def run_sweep(
     progress: bool = True,
     stats_corpus: str | None = None,
     stats_samples: int | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
-    """``stats_corpus``/``stats_samples`` go to the editors with key statistics (ROME, MEMIT, ...) only."""
+    """``stats_corpus``/``stats_samples`` go to the editors with key statistics (ROME, MEMIT, ...) only.
+
+    ``report`` gets one line per finished editor (a sweep of a real model runs for hours).
+    """
     from knowgic.editors.registry import resolve_editor
     from knowgic.models.loading import load_model
 
@@ -104,8 +108,15 @@ def run_sweep(
     loaded = load_model(model, dtype=dtype, device=device, progress=progress)
     documents = []
     start = time.perf_counter()
-    for request in requests:
-        documents.append(evaluate(request, progress=progress, loaded=loaded).document)
+    for i, request in enumerate(requests, 1):
+        document = evaluate(request, progress=progress, loaded=loaded).document
+        documents.append(document)
+        if report is not None:
+            ifr, seconds = document["metrics"]["ifr"]["value"], document["timing"]["total_seconds"]
+            report(
+                f"[{i}/{len(requests)}] {request.editor}: IFR {'–' if ifr is None else f'{ifr:.3f}'}, "
+                f"{seconds:.0f} s, {request.out_dir}"
+            )
     table = summary_table(documents)
     table += f"\nSweep wall time: {time.perf_counter() - start:.0f} s.\n"
     write_atomic(out_dir / "summary.md", table.encode("utf-8"))
