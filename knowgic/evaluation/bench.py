@@ -115,6 +115,7 @@ def run_benchmark(
     from knowgic.dataset.loading import load_cases
     from knowgic.editors.registry import resolve_editor
     from knowgic.models.loading import load_model
+    from knowgic.models.threads import cpu_threads
     from knowgic.scoring import make_scorer
     from knowgic.scoring.forward import measure_scoring_ratio
 
@@ -128,27 +129,34 @@ def run_benchmark(
         use_cache=False,
     )
     loaded = load_model(model, progress=False)
+    # Both protocols and the bare forward pass run with the thread count evaluate() chooses.
+    with cpu_threads(loaded.model, loaded.device) as threads:
+        start = time.perf_counter()
+        run = evaluate(request, progress=False, loaded=loaded)
+        full_seconds = time.perf_counter() - start
 
-    start = time.perf_counter()
-    run = evaluate(request, progress=False, loaded=loaded)
-    full_seconds = time.perf_counter() - start
+        plan = run.plan
+        version = run.document["dataset"]["version"]
+        broader_of_case = {
+            case.case_id: [fact.key for fact in case.broader_context.facts] for case in load_cases(version)
+        }
+        all_rows = naive_rows(plan, broader_of_case, run.scores.pre.known)
+        n_measured = min(len(all_rows), naive_rows_measured or DEFAULT_NAIVE_SAMPLE)
+        measured = (
+            all_rows if n_measured == len(all_rows) else random.Random(seed).sample(all_rows, n_measured)
+        )
+        naive_editor, _, _ = make_editor(request, resolve_editor(editor), loaded)
+        scorer = make_scorer("logprob")
+        naive_measured_seconds = naive_seconds(loaded, naive_editor, scorer, plan, measured)
+        naive_total = naive_measured_seconds / n_measured * len(all_rows)
 
-    plan = run.plan
-    version = run.document["dataset"]["version"]
-    broader_of_case = {
-        case.case_id: [fact.key for fact in case.broader_context.facts] for case in load_cases(version)
-    }
-    all_rows = naive_rows(plan, broader_of_case, run.scores.pre.known)
-    n_measured = min(len(all_rows), naive_rows_measured or DEFAULT_NAIVE_SAMPLE)
-    measured = all_rows if n_measured == len(all_rows) else random.Random(seed).sample(all_rows, n_measured)
-    naive_editor, _, _ = make_editor(request, resolve_editor(editor), loaded)
-    scorer = make_scorer("logprob")
-    naive_measured_seconds = naive_seconds(loaded, naive_editor, scorer, plan, measured)
-    naive_total = naive_measured_seconds / n_measured * len(all_rows)
-
-    speed = measure_scoring_ratio(
-        loaded.model, loaded.tokenizer, plan.queries, batch_size=scorer.params["batch_size"], repeats=repeats
-    )
+        speed = measure_scoring_ratio(
+            loaded.model,
+            loaded.tokenizer,
+            plan.queries,
+            batch_size=scorer.params["batch_size"],
+            repeats=repeats,
+        )
     size = model_size_mb(loaded.model)
     rss = peak_rss_mb()
     report = {
@@ -179,7 +187,7 @@ def run_benchmark(
         "model_size_mb": round(size, 2),
         "rss_budget_mb": round(size + 1024, 1),
         "within_rss_budget": rss < size + 1024,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": threads,
     }
     print(json.dumps(report))
     return report

@@ -33,6 +33,7 @@ from knowgic.evaluation.plan import EvalPlan, build_plan
 from knowgic.evaluation.results import check_writable, environment, finalize, write_run_outputs
 from knowgic.evaluation.spec import load_evaluation_spec
 from knowgic.models.base import LoadedModel
+from knowgic.models.threads import cpu_threads
 from knowgic.scoring.base import Scorer, Scores
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -217,11 +218,12 @@ def evaluate(
     scorer = make_scorer(request.protocol, **overrides)
     editor, hparams, hparams_source = make_editor(request, editor_cls, loaded)
 
-    pre, pre_cached, pre_seconds = pre_edit_scores(scorer, loaded, plan, ref.sha256, request.use_cache)
-    torch.manual_seed(request.seed)
-    run = run_edits(
-        loaded.model, loaded.tokenizer, editor, scorer, plan, pre, mode=request.mode, progress=progress
-    )
+    with cpu_threads(loaded.model, loaded.device) as threads:
+        pre, pre_cached, pre_seconds = pre_edit_scores(scorer, loaded, plan, ref.sha256, request.use_cache)
+        torch.manual_seed(request.seed)
+        run = run_edits(
+            loaded.model, loaded.tokenizer, editor, scorer, plan, pre, mode=request.mode, progress=progress
+        )
     run.pre_from_cache, run.pre_scoring_seconds = pre_cached, pre_seconds
 
     outcomes = collect_outcomes(plan, run)
@@ -247,7 +249,7 @@ def evaluate(
             "device": loaded.device,
             "limit": request.limit,
         },
-        "environment": environment(),
+        "environment": {**environment(), "torch_threads": threads},
         "metrics": compute_metrics(outcomes),
         "metric_versions": {
             name: version
