@@ -339,3 +339,48 @@ def test_cli_sweep_reports_each_editor_and_writes_the_table(knowgic_tiny, tmp_pa
     rows = [line for line in table.splitlines() if line.startswith("| none") or line.startswith("| ice")]
     assert len(rows) == 2
     assert (out / "none" / "results.json").is_file() and (out / "ice" / "results.json").is_file()
+
+
+def test_summarize_joins_separate_runs_and_refuses_mismatches(knowgic_tiny, tmp_path, capsys) -> None:
+    sweep = tmp_path / "sweep"
+    assert _run_main(["sweep", "--editors", "none,ice", "--limit", "1", "--out", str(sweep)]) == 0
+    swept = (sweep / "summary.md").read_text(encoding="utf-8")
+    capsys.readouterr()
+
+    # The same runs named one by one, in another order, give the sweep's rows (in the order named).
+    table_file = tmp_path / "joined" / "summary.md"
+    code = _run_main(
+        ["summarize", str(sweep / "ice"), str(sweep / "none" / "results.json"), "--out", str(table_file)]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.startswith("| ")]
+    assert [r.split("|")[1].strip() for r in rows[1:]] == ["ice", "none"]
+    assert set(rows) <= set(swept.splitlines())
+    assert table_file.read_text(encoding="utf-8").strip() == out.strip()
+    # A sweep folder stands for all its runs.
+    assert _run_main(["summarize", str(sweep)]) == 0
+    assert capsys.readouterr().out.count("\n| ") == 2  # the two runs; the header opens the output
+
+    # A run on a different slice of the benchmark cannot share the table.
+    other = tmp_path / "other"
+    assert (
+        _run_main(
+            ["evaluate", "--model", "knowgic-tiny", "--editor", "none", "--limit", "2", "--out", str(other)]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert _run_main(["summarize", str(sweep / "none"), str(other)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "differ in limit" in err and str(other) in err
+
+    # A tampered file is named and refused; nothing else is needed to find it.
+    doc = json.loads((other / "results.json").read_text(encoding="utf-8"))
+    doc["metrics"]["ifr"]["value"] = 0.5
+    (other / "results.json").write_text(json.dumps(doc), encoding="utf-8")
+    assert _run_main(["summarize", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(other / "results.json") in err
+    assert _run_main(["summarize", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -132,6 +132,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_stats_arguments(s, "applied to the editors with key statistics, the others run as they are")
     s.set_defaults(func=run_sweep_command)
 
+    m = subparsers.add_parser(
+        "summarize",
+        help="print the Markdown table of runs written separately",
+        description="One Markdown table (as `knowgic sweep` writes) from existing runs: results.json files, "
+        "run folders or sweep folders. The runs must share model, dataset version, protocol, mode and limit.",
+    )
+    m.add_argument("results", nargs="+", type=Path, metavar="RESULTS")
+    m.add_argument("--out", type=Path, help="also write the table to this Markdown file")
+    m.set_defaults(func=run_summarize)
+
     b = subparsers.add_parser(
         "bench",
         help="measure evaluation speed and memory against the naive per-row protocol",
@@ -268,6 +278,21 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         stats_samples=args.stats_samples,
         report=lambda line: print(line, file=sys.stderr, flush=True),
     )
+    print(table)
+    return 0
+
+
+def run_summarize(args: argparse.Namespace) -> int:
+    from knowgic.evaluation.results import write_atomic
+    from knowgic.evaluation.sweep import summarize
+
+    table = summarize(args.results)
+    if args.out is not None:
+        try:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(args.out, table.encode("utf-8"))
+        except OSError as exc:
+            raise KnowgicError(f"cannot write {args.out}: {exc}") from None
     print(table)
     return 0
 

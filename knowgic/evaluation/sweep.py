@@ -9,7 +9,7 @@ from typing import Any
 
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, check_request, evaluate
-from knowgic.evaluation.results import check_writable, write_atomic
+from knowgic.evaluation.results import check_writable, load_results, write_atomic
 
 
 def _cell(value: float | None, digits: int = 3) -> str:
@@ -54,6 +54,54 @@ def summary_table(documents: Sequence[Mapping[str, Any]]) -> str:
             f"protocol `{cfg['protocol']}`, mode `{cfg['mode']}`, seed {cfg['seed']}."
         )
     return "\n".join(lines) + "\n"
+
+
+# What must agree for runs to share one table: the footnote states one setting for all rows.
+_SHARED_SETTING = (
+    ("model", lambda d: d["config"]["model"]),
+    ("dataset version", lambda d: f"{d['dataset']['version']} ({d['dataset']['sha256'][:12]})"),
+    ("protocol", lambda d: f"{d['config']['protocol']} {d['config']['protocol_params']}"),
+    ("mode", lambda d: d["config"]["mode"]),
+    ("limit", lambda d: d["config"]["limit"]),
+)
+
+
+def results_paths(paths: Sequence[str | Path]) -> list[Path]:
+    """The ``results.json`` files named by ``paths``: files, run folders, or sweep folders of run folders."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            direct = path / "results.json"
+            inner = sorted(p / "results.json" for p in path.iterdir() if (p / "results.json").is_file())
+            if direct.is_file():
+                found.append(direct)
+            elif inner:
+                found.extend(inner)
+            else:
+                raise KnowgicError(f"{path} holds no results.json, neither directly nor in a sub-folder")
+        elif path.exists():
+            found.append(path)
+        else:
+            raise KnowgicError(f"{path} does not exist")
+    return found
+
+
+def summarize(paths: Sequence[str | Path]) -> str:
+    """The :func:`summary_table` of runs written separately (e.g. one sweep split over processes).
+
+    Every file is verified (schema and content hash); runs must share model, dataset version, protocol,
+    mode and limit, else their numbers are not comparable and the table's footnote would be false.
+    """
+    files = results_paths(paths)
+    if not files:
+        raise KnowgicError("no results files given")
+    documents = [load_results(path) for path in files]
+    for label, key in _SHARED_SETTING:
+        values = {key(d): path for d, path in zip(documents, files, strict=True)}
+        if len(values) > 1:
+            listed = "; ".join(f"{v} in {p}" for v, p in values.items())
+            raise KnowgicError(f"runs differ in {label}, one table cannot compare them: {listed}")
+    return summary_table(documents)
 
 
 def run_sweep(
