@@ -142,6 +142,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     m.add_argument("--out", type=Path, help="also write the table to this Markdown file")
     m.set_defaults(func=run_summarize)
 
+    q = subparsers.add_parser(
+        "probe",
+        help="apply one benchmark edit and show how chosen facts move (logprob, before and after)",
+        description="Apply one edit of the benchmark, score the rewrite prompt, the question form, the "
+        "subject's other facts and any facts you name before and after it, then restore the model.",
+    )
+    q.add_argument("--model", default="knowgic-tiny")
+    q.add_argument("--editor", required=True)
+    q.add_argument("--hparams", type=Path)
+    which = q.add_mutually_exclusive_group(required=True)
+    which.add_argument("--subject", help="the edit's subject (case-insensitive), e.g. 'Harry Potter'")
+    which.add_argument("--edit-id", help="the edit's id (results.json per_edit[].edit_id)")
+    q.add_argument(
+        "--fact",
+        action="append",
+        default=[],
+        metavar="PROMPT|SUBJECT|ANSWER",
+        help="another fact to probe, e.g. '{} belongs to|Gryffindor|Hogwarts School of Witchcraft and "
+        "Wizardry' (repeatable)",
+    )
+    q.add_argument("--facts-file", type=Path, help="YAML list of {prompt, subject, answer} to probe")
+    q.add_argument("--dataset-version")
+    q.add_argument("--dtype", default="float32")
+    q.add_argument("--device", default="auto")
+    q.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    q.set_defaults(func=run_probe_command)
+
     b = subparsers.add_parser(
         "bench",
         help="measure evaluation speed and memory against the naive per-row protocol",
@@ -294,6 +321,47 @@ def run_summarize(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise KnowgicError(f"cannot write {args.out}: {exc}") from None
     print(table)
+    return 0
+
+
+def run_probe_command(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from knowgic.evaluation.probe import parse_fact, read_facts_file, run_probe
+
+    facts = [parse_fact(text, f"--fact {i + 1}") for i, text in enumerate(args.fact)]
+    if args.facts_file is not None:
+        facts += read_facts_file(args.facts_file)
+    request, rows, info = run_probe(
+        model=args.model,
+        editor=args.editor,
+        subject=args.subject,
+        edit_id=args.edit_id,
+        user_facts=facts,
+        hparams_path=args.hparams,
+        dataset_version=args.dataset_version,
+        dtype=args.dtype,
+        device=args.device,
+        progress=sys.stderr.isatty(),
+    )
+    if args.json:
+        print(json.dumps({"edit": asdict(request), "rows": [asdict(r) for r in rows], "info": info}))
+        return 0
+    table = Table(
+        title=f"{args.editor} on {args.model}: {request.prompt.format(request.subject)} "
+        f"{request.target_true} -> {request.target_new}"
+    )
+    for column in ("", "query", "answer", "p before", "p after", "known"):
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        known = f"{'yes' if r.known_pre else 'no'} -> {'yes' if r.known_post else 'no'}"
+        table.add_row(r.role, repr(r.text), r.answer, f"{r.p_pre:.4f}", f"{r.p_post:.4f}", known)
+    # Piped or logged output gets whole lines rather than a table folded to 80 columns.
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
     return 0
 
 
