@@ -21,10 +21,8 @@ def _run(argv: list[str]) -> int:
 def test_rome_probe_shows_the_flip_and_the_other_facts(knowgic_tiny, tmp_path, capsys) -> None:
     facts_file = tmp_path / "facts.yaml"
     facts_file.write_text("- {prompt: '{} is a teacher at', subject: Professor Snape, answer: Hogwarts}\n")
-    code = _run(
-        ["probe", "--editor", "rome", "--subject", "harry potter", "--fact", GRYFFINDOR]
-        + ["--facts-file", str(facts_file), "--json"]
-    )
+    edit = ["--editor", "rome", "--subject", "harry potter"]
+    code = _run(["probe", *edit, "--fact", GRYFFINDOR, "--facts-file", str(facts_file), "--json"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     out = json.loads(captured.out)
