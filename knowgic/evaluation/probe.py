@@ -19,7 +19,7 @@ import yaml
 
 from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
 from knowgic.errors import KnowgicError
-from knowgic.evaluation.plan import QUESTION_CLOZE, _alias_lookup, answer_forms
+from knowgic.evaluation.plan import QUESTION_CLOZE, _alias_lookup, _question_form, answer_forms
 from knowgic.records import Case, EditRequest, Fact
 from knowgic.scoring.base import Query
 
@@ -107,17 +107,7 @@ def probe_queries(
         ("rewrite", query(request.prompt, request.subject, request.target_true)),
         ("rewrite", query(request.prompt, request.subject, request.target_new)),
     ]
-    question = next(
-        (
-            f.question
-            for c in rows
-            for f in c.chain.facts[:1]
-            if f.subject == request.subject
-            and f.answer.casefold() == request.target_true.casefold()
-            and f.question
-        ),
-        None,
-    )
+    question = _question_form(request, rows)  # the same question Generalization uses
     if question:
         out += [
             ("question", query(QUESTION_CLOZE, question, request.target_true)),
