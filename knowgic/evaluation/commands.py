@@ -136,7 +136,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "summarize",
         help="print the Markdown table of runs written separately",
         description="One Markdown table (as `knowgic sweep` writes) from existing runs: results.json files, "
-        "run folders or sweep folders. The runs must share model, dataset version, protocol, mode and limit.",
+        "run folders or sweep folders. The runs must share model, dataset version, protocol, mode, limit, dtype, "
+        "device and seed.",
     )
     m.add_argument("results", nargs="+", type=Path, metavar="RESULTS")
     m.add_argument("--out", type=Path, help="also write the table to this Markdown file")

@@ -63,6 +63,9 @@ _SHARED_SETTING = (
     ("protocol", lambda d: f"{d['config']['protocol']} {d['config']['protocol_params']}"),
     ("mode", lambda d: d["config"]["mode"]),
     ("limit", lambda d: d["config"]["limit"]),
+    ("dtype", lambda d: d["config"]["dtype"]),
+    ("device", lambda d: d["config"]["device"]),
+    ("seed", lambda d: d["config"]["seed"]),
 )
 
 
@@ -90,7 +93,7 @@ def summarize(paths: Sequence[str | Path]) -> str:
     """The :func:`summary_table` of runs written separately (e.g. one sweep split over processes).
 
     Every file is verified (schema and content hash); runs must share model, dataset version, protocol,
-    mode and limit, else their numbers are not comparable and the table's footnote would be false.
+    mode, limit, dtype, device and seed, else the table's footnote (one setting for all rows) would be false.
     """
     files = results_paths(paths)
     if not files:
