@@ -73,6 +73,27 @@ def random_gpt2() -> tuple[torch.nn.Module, object]:
     return model, tokenizer
 
 
+@pytest.fixture(scope="module")
+def gpt2_3layer(random_gpt2) -> tuple[torch.nn.Module, object]:
+    """The random fixture's tokenizer with 3 random layers, so that z at layer 1 reaches the prediction.
+
+    Module-scoped: a module's edits are restored, but each module starts from its own copy."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    _, tok = random_gpt2
+    torch.manual_seed(1)
+    config = GPT2Config(
+        vocab_size=len(tok),
+        n_positions=128,
+        n_embd=64,
+        n_layer=3,
+        n_head=4,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    return GPT2LMHeadModel(config).eval(), tok
+
+
 @pytest.fixture(scope="session")
 def knowgic_tiny():
     """The offline default model (a :class:`knowgic.models.base.LoadedModel`), built once per cache."""

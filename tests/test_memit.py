@@ -40,25 +40,6 @@ def cache(tmp_path_factory):
         yield path
 
 
-@pytest.fixture(scope="module")
-def gpt2_3layer(random_gpt2):
-    """The random fixture's tokenizer with 3 random layers, so that z at layer 1 reaches the prediction."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    _, tok = random_gpt2
-    torch.manual_seed(1)
-    config = GPT2Config(
-        vocab_size=len(tok),
-        n_positions=128,
-        n_embd=64,
-        n_layer=3,
-        n_head=4,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
-    return GPT2LMHeadModel(config).eval(), tok
-
-
 def _params(model):
     return {n: p.detach().clone() for n, p in model.named_parameters()}
 

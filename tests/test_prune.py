@@ -132,25 +132,6 @@ def _private_stats_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
         os.environ["KNOWGIC_CACHE"] = old
 
 
-@pytest.fixture(scope="module")
-def gpt2_3layer(random_gpt2):
-    """The random fixture's tokenizer with 3 random layers, so that z at layer 1 reaches the prediction."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    _, tok = random_gpt2
-    torch.manual_seed(1)
-    config = GPT2Config(
-        vocab_size=len(tok),
-        n_positions=128,
-        n_embd=64,
-        n_layer=3,
-        n_head=4,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-    )
-    return GPT2LMHeadModel(config).eval(), tok
-
-
 class RecordingPRUNE(PRUNEEditor):
     """PRUNE that keeps each matrix as MEMIT's whole edit left it, just before the restraint."""
 

@@ -206,9 +206,6 @@ def evaluate(
     if loaded is None:
         loaded = load_model(request.model, dtype=request.dtype, device=request.device, progress=progress)
     load_seconds = time.perf_counter() - load_start
-    # Editors key cached statistics by this (see knowgic.editors.layer_stats).
-    loaded.model.config._knowgic_revision = loaded.revision
-    loaded.model.config._knowgic_model_id = loaded.model_id
 
     overrides = dict(request.protocol_overrides)
     if request.protocol == "generate":

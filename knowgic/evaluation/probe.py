@@ -158,8 +158,6 @@ def run_probe(
     )
     editor_cls = check_request(eval_request)
     loaded = load_model(model, dtype=dtype, device=device, progress=progress)
-    loaded.model.config._knowgic_revision = loaded.revision
-    loaded.model.config._knowgic_model_id = loaded.model_id
     edit_method, _, _ = make_editor(eval_request, editor_cls, loaded)
     scorer = make_scorer("logprob")
     plain = [q for _, q in queries]
