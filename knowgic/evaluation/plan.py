@@ -181,7 +181,32 @@ def _all_facts(cases: Sequence[Case]) -> list[Fact]:
     return list(seen.values())
 
 
-def _question_form(request: EditRequest, rows: Sequence[Case]) -> str | None:
+class QueryMaker:
+    """Makes the :class:`Query` of a fact as the whole dataset version defines it: the answer with its
+    aliases, the fact's question, and ``n_gold`` (the distinct answers the version lists for the
+    (subject, prompt))."""
+
+    def __init__(self, cases: Sequence[Case], aliases: Mapping[str, Sequence[str]]) -> None:
+        self.aliases = aliases
+        self.folded = _alias_lookup(aliases)
+        self.facts = _all_facts(cases)  # distinct facts of the version, in dataset order
+        self.answers_of: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for fact in self.facts:
+            self.answers_of[(fact.subject, fact.prompt)].add(fact.answer)
+        self.question_of = {fact.key: fact.question for fact in self.facts}
+
+    def __call__(self, prompt: str, subject: str, answer: str, question: str | None = None) -> Query:
+        """``question`` None: the fact's own question in the version ("" if it has none)."""
+        return Query(
+            prompt=prompt,
+            subject=subject,
+            answers=answer_forms(answer, self.aliases, self.folded),
+            question=self.question_of.get((subject, prompt, answer), "") if question is None else question,
+            n_gold=max(1, len(self.answers_of.get((subject, prompt), ()))),
+        )
+
+
+def question_form(request: EditRequest, rows: Sequence[Case]) -> str | None:
     target = request.target_true.casefold()
     ordered = sorted(rows, key=lambda c: (len(c.chain) != 1, c.case_id))
     for case in ordered:
@@ -207,13 +232,8 @@ def build_plan(
     ``limit`` keeps the first ``limit`` distinct edits; ``n_gold`` and neighbourhoods still come from
     the whole version.
     """
-    folded = _alias_lookup(aliases)
+    make_query = QueryMaker(cases, aliases)
     index = _QueryIndex()
-    facts = _all_facts(cases)
-    answers_of: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for fact in facts:
-        answers_of[(fact.subject, fact.prompt)].add(fact.answer)
-    question_of = {fact.key: fact.question for fact in facts}
 
     rows_by_edit: dict[EditRequest, list[Case]] = {}
     for case in cases:
@@ -224,25 +244,11 @@ def build_plan(
     edited_pairs = {(r.subject, r.prompt) for r in requests}
 
     def fact_query(subject: str, prompt: str, answer: str) -> int:
-        n_gold = max(1, len(answers_of.get((subject, prompt), ())))
-        return index.add(
-            Query(
-                prompt=prompt,
-                subject=subject,
-                answers=answer_forms(answer, aliases, folded),
-                question=question_of.get((subject, prompt, answer), ""),
-                n_gold=n_gold,
-            )
-        )
+        return index.add(make_query(prompt, subject, answer))
 
     def target_plan(prompt: str, subject: str, request: EditRequest, question: str = "") -> TargetPlan:
-        n_gold = max(1, len(answers_of.get((subject, prompt), ())))
         true_q, new_q = (
-            index.add(
-                Query(
-                    prompt, subject, answer_forms(target, aliases, folded), question=question, n_gold=n_gold
-                )
-            )
+            index.add(make_query(prompt, subject, target, question=question))
             for target in (request.target_true, request.target_new)
         )
         return TargetPlan(true_query=true_q, new_query=new_q, text=prompt.format(subject))
@@ -273,7 +279,7 @@ def build_plan(
         broader = [FactPlan(fact=key, query=fact_query(*key)) for key in broader_keys]
 
         rewrite = target_plan(request.prompt, request.subject, request)
-        question_text = _question_form(request, rows)
+        question_text = question_form(request, rows)
         question = (
             target_plan(QUESTION_CLOZE, question_text, request, question=question_text)
             if question_text
@@ -287,7 +293,7 @@ def build_plan(
                 and fact.answer.casefold() != request.target_new.casefold()
             )
 
-        same_relation = [f for f in facts if f.prompt == request.prompt and eligible(f)]
+        same_relation = [f for f in make_query.facts if f.prompt == request.prompt and eligible(f)]
         others = {
             f.key: f
             for other, fs in graph_facts.items()
@@ -301,15 +307,7 @@ def build_plan(
             plans = []
             for fact in chosen:
                 true_q = fact_query(fact.subject, fact.prompt, fact.answer)
-                new_q = index.add(
-                    Query(
-                        fact.prompt,
-                        fact.subject,
-                        answer_forms(request.target_new, aliases, folded),
-                        question=fact.question,
-                        n_gold=index.queries[true_q].n_gold,
-                    )
-                )
+                new_q = index.add(make_query(fact.prompt, fact.subject, request.target_new, fact.question))
                 plans.append(NeighbourPlan(fact=fact.key, true_query=true_q, new_query=new_q))
             return plans
 
@@ -329,5 +327,8 @@ def build_plan(
         queries=index.queries,
         edits=edits,
         total_rows=len(cases),
-        info={"distinct_edits_in_version": len(rows_by_edit), "distinct_facts_in_version": len(facts)},
+        info={
+            "distinct_edits_in_version": len(rows_by_edit),
+            "distinct_facts_in_version": len(make_query.facts),
+        },
     )

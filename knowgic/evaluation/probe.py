@@ -10,7 +10,7 @@ checks the restore like the evaluation harness does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ import yaml
 
 from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
 from knowgic.errors import KnowgicError
-from knowgic.evaluation.plan import QUESTION_CLOZE, _alias_lookup, _question_form, answer_forms
+from knowgic.evaluation.plan import QUESTION_CLOZE, QueryMaker, question_form
 from knowgic.records import Case, EditRequest, Fact
 from knowgic.scoring.base import Query
 
@@ -86,32 +86,23 @@ def find_edit(cases: Sequence[Case], subject: str | None, edit_id: str | None) -
 
 
 def probe_queries(
-    request: EditRequest, cases: Sequence[Case], user_facts: Sequence[Fact], aliases: dict[str, Any]
+    request: EditRequest,
+    cases: Sequence[Case],
+    user_facts: Sequence[Fact],
+    aliases: Mapping[str, Sequence[str]],
 ) -> list[tuple[str, Query]]:
     """(role, query) pairs: the rewrite prompt with both targets, the question form, subject facts, user facts."""
-    folded = _alias_lookup(aliases)
-    # As in the evaluation plan: a (subject, prompt) with several answers in the version (one-to-many) is
-    # known when the answer's first token is among the top n_gold.
-    answers_of: dict[tuple[str, str], set[str]] = {}
-    for case in cases:
-        for block in (case.chain, case.broader_context):
-            for fact in block.facts:
-                answers_of.setdefault((fact.subject, fact.prompt), set()).add(fact.answer)
-
-    def query(prompt: str, subject: str, answer: str) -> Query:
-        n_gold = max(1, len(answers_of.get((subject, prompt), ())))
-        return Query(prompt, subject, answer_forms(answer, aliases, folded), n_gold=n_gold)
-
+    query = QueryMaker(cases, aliases)
     rows = [c for c in cases if c.request == request]
     out = [
         ("rewrite", query(request.prompt, request.subject, request.target_true)),
         ("rewrite", query(request.prompt, request.subject, request.target_new)),
     ]
-    question = _question_form(request, rows)  # the same question Generalization uses
+    question = question_form(request, rows)  # the same question Generalization uses
     if question:
         out += [
-            ("question", query(QUESTION_CLOZE, question, request.target_true)),
-            ("question", query(QUESTION_CLOZE, question, request.target_new)),
+            ("question", query(QUESTION_CLOZE, question, request.target_true, question)),
+            ("question", query(QUESTION_CLOZE, question, request.target_new, question)),
         ]
     seen = {(q.prompt, q.subject, q.answers[0]) for _, q in out}
     for case in rows:
