@@ -25,13 +25,13 @@ of 0.28 to 0.75). Any other name is a ``datasets`` corpus, ``path[:config][@spli
 ``wikitext:wikitext-103-raw-v1``), whose ``text`` field is read (needs network or a local ``datasets``
 cache); there ``sample_count`` is the number of texts used at most.
 
-Model revision: every ``LoadedModel`` sets ``model.config._knowgic_revision`` (the loaded model's
-revision); without it :func:`model_revision` falls back to :func:`model_fingerprint`, a hash of the config and a strided sample
-of every parameter. Either way the model's dtype is part of the revision string. Model id
+Model revision: ``load_model`` sets ``model.config._knowgic_revision`` (the loaded model's revision);
+without it :func:`model_revision` falls back to :func:`model_fingerprint`, a hash of the config and a
+strided sample of every parameter. Either way the model's dtype is part of the revision string. Model id
 (:func:`model_identity`): the name or path the model was loaded by (``config._knowgic_model_id``, set by
-``LoadedModel``, else ``config._name_or_path``). It is part of the key because a declared revision need not tell two
-models apart: a hub model whose commit could not be resolved has the revision ``unknown`` (or the branch
-asked for), whatever the model.
+``load_model``, else ``config._name_or_path``). It is part of the key because a declared revision need
+not tell two models apart: a hub model whose commit could not be resolved has the revision ``unknown``
+(or the branch asked for), whatever the model.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def model_fingerprint(model: torch.nn.Module) -> str:
 
 
 def model_identity(model: torch.nn.Module) -> str:
-    """The model's name or path: ``config._knowgic_model_id`` (set by ``LoadedModel``) or
+    """The model's name or path: ``config._knowgic_model_id`` (set by ``load_model``) or
     ``config._name_or_path`` (set by ``from_pretrained``); "" for a model built in memory (its fingerprint
     then identifies it)."""
     config = getattr(model, "config", None)
@@ -113,7 +113,7 @@ def model_identity(model: torch.nn.Module) -> str:
 
 
 def model_revision(model: torch.nn.Module) -> str:
-    """``config._knowgic_revision`` (set by ``LoadedModel``) or :func:`model_fingerprint`, plus the dtype."""
+    """``config._knowgic_revision`` (set by ``load_model``) or :func:`model_fingerprint`, plus the dtype."""
     declared = getattr(getattr(model, "config", None), "_knowgic_revision", None)
     base = str(declared) if declared else model_fingerprint(model)
     return f"{base}|{str(model_dtype(model)).removeprefix('torch.')}"

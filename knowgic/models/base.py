@@ -26,11 +26,3 @@ class LoadedModel:
     device: str
     is_chat: bool = False
     info: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        # Editors key cached key statistics by the model's identity (knowgic.editors.layer_stats); every
-        # loaded model carries it, whichever command loaded it.
-        config = getattr(self.model, "config", None)
-        if config is not None:
-            config._knowgic_revision = self.revision
-            config._knowgic_model_id = self.model_id

@@ -322,6 +322,9 @@ def load_model(
         load_seconds=round(time.perf_counter() - started, 2),
         transformers_version=_transformers_version(),
     )
+    # Editors key cached key statistics by the model's identity (knowgic.editors.layer_stats).
+    model.config._knowgic_revision = rev
+    model.config._knowgic_model_id = source.name
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
