@@ -319,6 +319,9 @@ def test_cli_prints_table_and_writes_files(knowgic_tiny, tmp_path) -> None:
     proc = _cli("evaluate", "--model", "knowgic-tiny", "--editor", "ice", "--limit", "2", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "IFR" in proc.stdout and "Preservation" in proc.stdout and "Specificity" in proc.stdout
+    # stderr is not a terminal here: no bar, but one line per finished edit.
+    edit_lines = [line for line in proc.stderr.splitlines() if line.startswith("ice: edit ")]
+    assert [line.split(" (")[0] for line in edit_lines] == ["ice: edit 1/2", "ice: edit 2/2"], proc.stderr
     assert (out / "results.json").is_file()
     assert (out / "ifr_by_length.png").is_file() and (out / "per_edit.png").is_file()
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
@@ -334,6 +337,10 @@ def test_cli_sweep_reports_each_editor_and_writes_the_table(knowgic_tiny, tmp_pa
     progress = [line for line in captured.err.splitlines() if line.startswith("[")]
     assert [line.split(":")[0] for line in progress] == ["[1/2] none", "[2/2] ice"]
     assert "IFR 1.000" in progress[0]
+    assert [line.split(" (")[0] for line in captured.err.splitlines() if ": edit " in line] == [
+        "none: edit 1/1",
+        "ice: edit 1/1",
+    ]
     table = (out / "summary.md").read_text(encoding="utf-8")
     assert table.strip() in captured.out
     rows = [line for line in table.splitlines() if line.startswith("| none") or line.startswith("| ice")]

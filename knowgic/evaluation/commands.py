@@ -213,7 +213,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         stats_corpus=args.stats_corpus,
         stats_samples=args.stats_samples,
     )
-    run = evaluate(request, progress=sys.stderr.isatty())
+    run = evaluate(request, progress=sys.stderr.isatty(), log=None if sys.stderr.isatty() else _log_line)
     if args.json:
         import json
 
@@ -221,6 +221,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     else:
         print_results(run.document, run.results_path, run.plot_paths)
     return 0
+
+
+def _log_line(line: str) -> None:
+    """One progress line on stderr, flushed (read from logs while the run goes on)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _fmt(value: float | None) -> str:
@@ -304,7 +309,8 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         progress=sys.stderr.isatty(),
         stats_corpus=args.stats_corpus,
         stats_samples=args.stats_samples,
-        report=lambda line: print(line, file=sys.stderr, flush=True),
+        report=_log_line,
+        log=None if sys.stderr.isatty() else _log_line,
     )
     print(table)
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,10 +189,32 @@ def pre_edit_scores(
     return scores, False, seconds
 
 
+def edit_logger(editor: str, total: int, log: Callable[[str], None]) -> Callable[[str, dict[str, Any]], None]:
+    """An ``on_edit`` callback that logs one line per finished edit (for logs, where no bar is drawn)."""
+    done = 0
+    last = time.perf_counter()
+
+    def on_edit(edit_id: str, _info: dict[str, Any]) -> None:
+        nonlocal done, last
+        done += 1
+        now = time.perf_counter()
+        log(f"{editor}: edit {done}/{total} ({edit_id}) done in {now - last:.1f} s")
+        last = now
+
+    return on_edit
+
+
 def evaluate(
-    request: EvaluationRequest, progress: bool = True, loaded: LoadedModel | None = None
+    request: EvaluationRequest,
+    progress: bool = True,
+    loaded: LoadedModel | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> EvaluationRun:
-    """Run one evaluation and (when ``request.out_dir`` is set) write ``results.json`` and plots there."""
+    """Run one evaluation and (when ``request.out_dir`` is set) write ``results.json`` and plots there.
+
+    ``log`` gets one line per finished edit (in independent mode): the progress of a run whose stderr
+    is not a terminal, where no bar is drawn.
+    """
     from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
     from knowgic.models.loading import load_model
     from knowgic.scoring import make_scorer
@@ -218,8 +241,17 @@ def evaluate(
     with cpu_threads(loaded.model, loaded.device) as threads:
         pre, pre_cached, pre_seconds = pre_edit_scores(scorer, loaded, plan, ref.sha256, request.use_cache)
         torch.manual_seed(request.seed)
+        on_edit = None if log is None else edit_logger(editor.name, len(plan.edits), log)
         run = run_edits(
-            loaded.model, loaded.tokenizer, editor, scorer, plan, pre, mode=request.mode, progress=progress
+            loaded.model,
+            loaded.tokenizer,
+            editor,
+            scorer,
+            plan,
+            pre,
+            mode=request.mode,
+            progress=progress,
+            on_edit=on_edit,
         )
     run.pre_from_cache, run.pre_scoring_seconds = pre_cached, pre_seconds
 

@@ -121,10 +121,12 @@ def run_sweep(
     stats_corpus: str | None = None,
     stats_samples: int | None = None,
     report: Callable[[str], None] | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
     """``stats_corpus``/``stats_samples`` go to the editors with key statistics (ROME, MEMIT, ...) only.
 
-    ``report`` gets one line per finished editor (a sweep of a real model runs for hours).
+    ``report`` gets one line per finished editor (a sweep of a real model runs for hours), ``log`` one line
+    per finished edit (see :func:`~knowgic.evaluation.evaluate.evaluate`).
     """
     from knowgic.editors.registry import resolve_editor
     from knowgic.models.loading import load_model
@@ -160,7 +162,7 @@ def run_sweep(
     documents = []
     start = time.perf_counter()
     for i, request in enumerate(requests, 1):
-        document = evaluate(request, progress=progress, loaded=loaded).document
+        document = evaluate(request, progress=progress, loaded=loaded, log=log).document
         documents.append(document)
         if report is not None:
             ifr, seconds = document["metrics"]["ifr"]["value"], document["timing"]["total_seconds"]
