@@ -2,7 +2,8 @@
 
 For a batch of requests (s_i, r_i, o_i):
 
-1. z_i = h_i^L + δ_i at the last edited layer L (Eq. 16, :mod:`.compute_z`).
+1. z_i = h_i^L + δ_i at the last edited layer L (Eq. 16, :mod:`.compute_z`; behind a post-MLP norm, as in
+   Gemma 3, δ_i is found on the projection's output before the norm, so that z_i is writable).
 2. For each edited layer l ∈ R, from the lowest up, on the model as updated so far:
    K^l = [k_i^l] the keys (Eq. 19, :mod:`.compute_ks`); R^l = (z_i − h_i^L) / (L − l + 1), the residual
    still missing at L spread over the layers that remain (Eq. 20, h_i^L recomputed after the lower layers'
@@ -168,12 +169,14 @@ class MEMITEditor(Editor):
         z_layer = layers[-1]
         z_module = arch.layer(z_layer)
 
-        z_cols, z_infos = [], []
+        z_cols, z_scales, z_infos = [], [], []
         for request in requests:
             z, res = compute_z(
                 model, tokenizer, request, z_layer, templates, objective, progress=self.progress
             )
             z_cols.append(z)
+            # κ of post_norm.py: the scale of m^L + δ relative to m^L (used only behind a post-MLP norm).
+            z_scales.append(float((res.init + res.delta).norm() / res.init.norm().clamp_min(1e-12)))
             z_infos.append({"edit_id": request.edit_id, **res.info()})
         zs = torch.stack(z_cols, dim=1)  # (d, n)
 
@@ -197,7 +200,7 @@ class MEMITEditor(Editor):
             residual_norm = float(residuals.norm(dim=0).mean()) * (len(layers) - i)
             if arch.mlp_post_norm is not None:
                 # The MLP output joins the residual through a norm: ask W for the output change that norm
-                # turns into the residual target (post_norm.py).
+                # turns into the residual target, at the scale δ chose at L (post_norm.py, compute_z.py).
                 m = reps_at_tokens(
                     model,
                     tokenizer,
@@ -208,7 +211,8 @@ class MEMITEditor(Editor):
                     track="out",
                 )
                 norm = get_module(model, arch.mlp_post_norm.format(layer))
-                residuals = residual_to_mlp_output(norm, m, residuals.T.to(m.device)).T
+                scales = torch.tensor(z_scales, dtype=torch.float64, device=m.device)
+                residuals = residual_to_mlp_output(norm, m, residuals.T.to(m.device), scales).T
             weight_name, w0 = read_weight(model, arch, layer)
             system = LayerSystem(
                 layer=layer,
