@@ -144,6 +144,31 @@ def test_gemma3_270m_rome_flips_harry_potters_school() -> None:
     print(f"\nROME on gemma3-270m: before {before}, after {after}")
 
 
+def test_gemma3_270m_memit_writes_through_the_post_mlp_norm() -> None:
+    """MEMIT with the shipped hparams edits Gemma 3, whose MLP outputs join the residual through a norm
+    (z optimised before the norm, compute_z.py); Hermione Granger's school is one of the edits it makes."""
+    from knowgic.editors.hparams import load_hparams
+    from knowgic.editors.memit import MEMITEditor
+    from knowgic.evaluation.fingerprint import assert_restored, fingerprint
+    from knowgic.records import EditRequest
+
+    _require("gemma3-270m")
+    loaded = load_model("gemma3-270m", device="cpu", progress=False)
+    hparams, _ = load_hparams("memit", loaded.model_id, loaded.family)
+    hermione = ("{} studied at", "Hermione Granger")
+    old, new = "Hogwarts School of Witchcraft and Wizardry", "Ilvermorny School of Witchcraft and Wizardry"
+    before = {a: _prob(loaded, *hermione, a) for a in (old, new)}
+    stamps = fingerprint(loaded.model)
+    handle = MEMITEditor(hparams, progress=False).apply(
+        loaded.model, loaded.tokenizer, [EditRequest(*hermione, old, new)]
+    )
+    after = {a: _prob(loaded, *hermione, a) for a in (old, new)}
+    handle.restore()
+    assert_restored(loaded.model, stamps, "memit")
+    assert before[old] > before[new] and after[new] > after[old], (before, after)
+    print(f"\nMEMIT on gemma3-270m: before {before}, after {after}")
+
+
 def test_smollm2_135m_generate_protocol_through_the_chat_template(tmp_path) -> None:
     """A chat model under the paper's protocol, with in-context editing: a complete, valid document."""
     from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
