@@ -134,10 +134,20 @@ def test_sequential_mode_stacks_edits_and_restores_all(random_gpt2, small_plan) 
     union = sorted({i for e in small_plan.edits for i in e.post_queries(pre.known)})
     assert sum(len(p.indices) for p in run.post.values()) >= len(union)
     # Sequential ICE concatenates both prefixes.
+    reported: list[str] = []
     ice = run_edits(
-        model, tok, InContextEditor(), LogprobScorer(), small_plan, pre, mode="sequential", progress=False
+        model,
+        tok,
+        InContextEditor(),
+        LogprobScorer(),
+        small_plan,
+        pre,
+        mode="sequential",
+        progress=False,
+        on_edit=lambda edit_id, _info: reported.append(edit_id),
     )
     assert len(ice.edit_info) == 2
+    assert reported == [e.edit_id for e in small_plan.edits]  # each edit is reported once it is applied
 
 
 def test_failing_editor_names_the_edit(random_gpt2, small_plan) -> None:

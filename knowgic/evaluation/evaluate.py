@@ -212,8 +212,8 @@ def evaluate(
 ) -> EvaluationRun:
     """Run one evaluation and (when ``request.out_dir`` is set) write ``results.json`` and plots there.
 
-    ``log`` gets one line per finished edit (in independent mode): the progress of a run whose stderr
-    is not a terminal, where no bar is drawn.
+    ``log`` gets one line per finished edit (applied, in sequential mode): the progress of a run whose
+    stderr is not a terminal, where no bar is drawn.
     """
     from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
     from knowgic.models.loading import load_model

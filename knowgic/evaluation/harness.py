@@ -96,6 +96,8 @@ def run_edits(
 
     ``pre`` are the unedited model's scores of ``plan.queries`` (computed or cached by the caller); they
     decide each edit's neighbourhood, hence which queries it scores (:meth:`EditPlan.post_queries`).
+    ``on_edit(edit_id, info)`` is called after each edit: once it is scored and restored (independent), or
+    once it is applied (sequential, where all edits are scored together at the end).
     """
     if mode not in MODES:
         raise KnowgicError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
@@ -134,6 +136,8 @@ def run_edits(
             handles.append(_apply(editor, model, tokenizer, edit))
             run.edit_seconds[edit.edit_id] = time.perf_counter() - start
             run.edit_info[edit.edit_id] = dict(handles[-1].info)
+            if on_edit is not None:
+                on_edit(edit.edit_id, run.edit_info[edit.edit_id])
         prefix = "".join(h.prompt_prefix for h in handles)
         post_queries = {edit.edit_id: edit.post_queries(pre.known) for edit in plan.edits}
         needed = sorted({i for queries in post_queries.values() for i in queries})
