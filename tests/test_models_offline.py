@@ -116,7 +116,11 @@ def test_gemma3_270m_unedited_run_has_active_chains(tmp_path) -> None:
     # Gemma 3 270M knows part of KnowGIC (Harry Potter -> Hogwarts ...), far from all of it.
     assert 1 <= counts["active_chains"] < counts["chains"] // 2, counts
     assert metrics["ifr"]["value"] == pytest.approx(1.0, abs=1e-5)
-    assert metrics["efficacy"]["value"] == 0.0
+    # Unedited, Efficacy is the share of edits whose new target the model already prefers (3 of 26 here).
+    edits = doc["per_edit"]
+    already = [e["p_new"] > e["p_true"] for e in edits]
+    assert metrics["efficacy"]["value"] == pytest.approx(sum(already) / len(edits))
+    assert metrics["efficacy"]["value"] < 0.5
     print(f"\ngemma3-270m: {counts['active_chains']} active chains of {counts['chains']}")
 
 
