@@ -89,8 +89,6 @@ def test_smollm2_135m_is_a_chat_model_that_generates() -> None:
 
 # ---- End to end through the evaluation pipeline ------------------------------------------------------------
 
-HARRY = ("{} studied at", "Harry Potter")
-
 
 def _prob(loaded, prompt: str, subject: str, answer: str) -> float:
     from knowgic.scoring import make_scorer
@@ -124,53 +122,42 @@ def test_gemma3_270m_unedited_run_has_active_chains(tmp_path) -> None:
     print(f"\ngemma3-270m: {counts['active_chains']} active chains of {counts['chains']}")
 
 
-def test_gemma3_270m_rome_flips_harry_potters_school() -> None:
-    """ROME with the shipped hparams rewrites Gemma's answer, and its restore is exact."""
+def _edit_school_on_gemma(method: str, subject: str) -> tuple[dict[str, float], dict[str, float]]:
+    """P(Hogwarts), P(Ilvermorny) on "<subject> studied at" before and after the shipped ``method``'s edit
+    of gemma3-270m; the restore is checked exact."""
     from knowgic.editors.hparams import load_hparams
-    from knowgic.editors.rome import ROMEEditor
+    from knowgic.editors.registry import resolve_editor
     from knowgic.evaluation.fingerprint import assert_restored, fingerprint
     from knowgic.records import EditRequest
 
     _require("gemma3-270m")
     loaded = load_model("gemma3-270m", device="cpu", progress=False)
-    loaded.model.config._knowgic_revision = loaded.revision
-    hparams, _ = load_hparams("rome", loaded.model_id, loaded.family)
+    hparams, _ = load_hparams(method, loaded.model_id, loaded.family)
+    fact = ("{} studied at", subject)
     old, new = "Hogwarts School of Witchcraft and Wizardry", "Ilvermorny School of Witchcraft and Wizardry"
-    before = {a: _prob(loaded, *HARRY, a) for a in (old, new)}
+    before = {"old": _prob(loaded, *fact, old), "new": _prob(loaded, *fact, new)}
     stamps = fingerprint(loaded.model)
-    handle = ROMEEditor(hparams, progress=False).apply(
-        loaded.model, loaded.tokenizer, [EditRequest(*HARRY, old, new)]
+    handle = resolve_editor(method)(hparams, progress=False).apply(
+        loaded.model, loaded.tokenizer, [EditRequest(*fact, old, new)]
     )
-    after = {a: _prob(loaded, *HARRY, a) for a in (old, new)}
+    after = {"old": _prob(loaded, *fact, old), "new": _prob(loaded, *fact, new)}
     handle.restore()
-    assert_restored(loaded.model, stamps, "rome")
-    assert before[old] > before[new] and after[new] > after[old], (before, after)
-    print(f"\nROME on gemma3-270m: before {before}, after {after}")
+    assert_restored(loaded.model, stamps, method)
+    print(f"\n{method} on gemma3-270m, {subject}: before {before}, after {after}")
+    return before, after
+
+
+def test_gemma3_270m_rome_flips_harry_potters_school() -> None:
+    """ROME with the shipped hparams rewrites Gemma's answer, and its restore is exact."""
+    before, after = _edit_school_on_gemma("rome", "Harry Potter")
+    assert before["old"] > before["new"] and after["new"] > after["old"], (before, after)
 
 
 def test_gemma3_270m_memit_writes_through_the_post_mlp_norm() -> None:
     """MEMIT with the shipped hparams edits Gemma 3, whose MLP outputs join the residual through a norm
     (z optimised before the norm, compute_z.py); Hermione Granger's school is one of the edits it makes."""
-    from knowgic.editors.hparams import load_hparams
-    from knowgic.editors.memit import MEMITEditor
-    from knowgic.evaluation.fingerprint import assert_restored, fingerprint
-    from knowgic.records import EditRequest
-
-    _require("gemma3-270m")
-    loaded = load_model("gemma3-270m", device="cpu", progress=False)
-    hparams, _ = load_hparams("memit", loaded.model_id, loaded.family)
-    hermione = ("{} studied at", "Hermione Granger")
-    old, new = "Hogwarts School of Witchcraft and Wizardry", "Ilvermorny School of Witchcraft and Wizardry"
-    before = {a: _prob(loaded, *hermione, a) for a in (old, new)}
-    stamps = fingerprint(loaded.model)
-    handle = MEMITEditor(hparams, progress=False).apply(
-        loaded.model, loaded.tokenizer, [EditRequest(*hermione, old, new)]
-    )
-    after = {a: _prob(loaded, *hermione, a) for a in (old, new)}
-    handle.restore()
-    assert_restored(loaded.model, stamps, "memit")
-    assert before[old] > before[new] and after[new] > after[old], (before, after)
-    print(f"\nMEMIT on gemma3-270m: before {before}, after {after}")
+    before, after = _edit_school_on_gemma("memit", "Hermione Granger")
+    assert before["old"] > before["new"] and after["new"] > after["old"], (before, after)
 
 
 def test_smollm2_135m_generate_protocol_through_the_chat_template(tmp_path) -> None:
