@@ -1,0 +1,1 @@
+"""KnowGIC leaderboard: a Gradio app over the runner's results store and queue."""
