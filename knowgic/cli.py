@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "knowgic.dataset.commands",  # dataset path, validate, publish
     "knowgic.models.commands",  # models list, build-tiny
     "knowgic.evaluation.commands",  # evaluate, bench
+    "runner.store_commands",  # store add, store list
 )
 
 
