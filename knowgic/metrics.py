@@ -34,6 +34,7 @@ class ChainOutcome:
     """One implication chain, scored before and after an edit.
 
     ``active``: the pre-edit model knows every step. ``r_pre``/``r_post`` are the reliabilities R, R'.
+    ``known_post``: the edited model still knows every step by the protocol's rule (``None``: not recorded).
     """
 
     case_id: int
@@ -42,6 +43,7 @@ class ChainOutcome:
     active: bool
     r_pre: float
     r_post: float
+    known_post: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -142,8 +144,12 @@ def ifr_by_length(chains: Sequence[ChainOutcome], capped: bool = True) -> dict[s
 
 
 def recoverable_chains(chains: Sequence[ChainOutcome]) -> int:
-    """Active chains from which the original fact is still recoverable after the edit (R' > 0)."""
-    return sum(1 for c in chains if c.active and c.r_post > 0.0)
+    """Active chains the edited model still knows step by step (``known_post``), by the protocol's rule.
+
+    Such a chain still leads to the original fact after the edit. (R' > 0 would not tell runs apart: a
+    softmax gives every answer some probability.)
+    """
+    return sum(1 for c in chains if c.active and c.known_post)
 
 
 def _preservation_ratio(pair: PreservationPair) -> float:

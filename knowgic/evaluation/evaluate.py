@@ -31,11 +31,19 @@ from knowgic.evaluation.outcomes import (
     per_edit_records,
 )
 from knowgic.evaluation.plan import EvalPlan, build_plan
-from knowgic.evaluation.results import check_writable, environment, finalize, write_run_outputs
+from knowgic.evaluation.reproducibility import reproducibility
+from knowgic.evaluation.results import (
+    RESULTS_SCHEMA_VERSION,
+    check_writable,
+    environment,
+    finalize,
+    write_run_outputs,
+)
 from knowgic.evaluation.spec import load_evaluation_spec
 from knowgic.models.base import LoadedModel
 from knowgic.models.threads import cpu_threads
 from knowgic.scoring.base import Scorer, Scores
+from knowgic.uncertainty import add_intervals
 
 DTYPES = ("float32", "bfloat16", "float16")
 # Editors that need no hparams file (their defaults are complete).
@@ -257,7 +265,7 @@ def evaluate(
 
     outcomes = collect_outcomes(plan, run)
     document: dict[str, Any] = {
-        "schema_version": "1.0",
+        "schema_version": RESULTS_SCHEMA_VERSION,
         "knowgic_version": knowgic.__version__,
         "created_at": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
         "dataset": asdict(ref),
@@ -278,7 +286,7 @@ def evaluate(
             "device": loaded.device,
             "limit": request.limit,
         },
-        "environment": {**environment(), "torch_threads": threads},
+        "environment": {**environment(), "torch_threads": threads, **reproducibility(loaded.device)},
         "metrics": compute_metrics(outcomes),
         "metric_versions": {
             name: version
@@ -297,6 +305,7 @@ def evaluate(
             "scoring_seconds": run.scoring_seconds,
         },
     }
+    add_intervals(document)
     finalize(document)
     result = EvaluationRun(document=document, plan=plan, scores=run)
     if request.out_dir is not None:

@@ -36,6 +36,7 @@ def collect_outcomes(plan: EvalPlan, run: RunScores) -> Outcomes:
                     active=M.chain_is_active(bool(pre_known[i]) for i in steps),
                     r_pre=M.chain_reliability(float(pre_p[i]) for i in steps),
                     r_post=M.chain_reliability(post[i][0] for i in steps),
+                    known_post=all(post[i][1] for i in steps),
                 )
             )
         for fact in edit.broader:
@@ -178,6 +179,10 @@ def _edit_record(
     ifr = M.indirect_fact_recovery(chains)
     preservation = M.preservation(pairs)
     specificity = M.specificity(neighbours)
+    # Sufficient statistics of the per-edit sums the bootstrap resamples (knowgic.uncertainty), recorded
+    # exactly so that an interval can be recomputed from results.json alone.
+    pres_counted = [p for p in pairs if p.known_pre and p.p_pre > 0.0]
+    pres_sum = float(sum(min(1.0, p.p_post / p.p_pre) for p in pres_counted))
     generalization = (
         M.MetricValue(float(question[0].p_new > question[0].p_true), 1)
         if question
@@ -203,6 +208,8 @@ def _edit_record(
         "ifr": ifr.value,
         "preservation": preservation.value,
         "preservation_facts_known": sum(p.known_pre for p in pairs),
+        "preservation_sum": pres_sum,
+        "preservation_n": len(pres_counted),
         "p_new": rewrite[0].p_new,
         "p_true": rewrite[0].p_true,
         "efficacy": float(rewrite[0].p_new > rewrite[0].p_true),
@@ -213,6 +220,7 @@ def _edit_record(
         "neighbourhood": neighbourhood,
         "neighbours": len(neighbours),
         "neighbours_known": sum(n.known_pre for n in neighbours),
+        "specificity_kept": sum(n.known_pre and n.p_true_post > n.p_new_post for n in neighbours),
         "seconds": run.edit_seconds.get(edit.edit_id),
         "info": _jsonable(run.edit_info.get(edit.edit_id, {})),
     }

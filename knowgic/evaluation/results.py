@@ -25,7 +25,9 @@ import jsonschema
 from knowgic.errors import KnowgicError
 from knowgic.paths import spec_dir
 
-RESULTS_SCHEMA_VERSION = "1.0"
+RESULTS_SCHEMA_VERSION = "1.1"
+READABLE_SCHEMA_VERSIONS = ("1.0", "1.1")
+"""Versions this package reads: 1.0 documents carry no intervals and no per-edit sufficient statistics."""
 _PACKAGES = (
     "knowgic",
     "torch",
