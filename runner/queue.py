@@ -1,0 +1,620 @@
+"""The job queue: one table of jobs in SQLite (the default, a file beside the store) or PostgreSQL.
+
+One code path for both, through SQLAlchemy 2 Core. A job moves through these states::
+
+    PENDING --claim--> RUNNING --finish--> FINISHED
+       ^                 |  \\--fail-----> FAILED  --requeue--> PENDING
+       |                 |   \\--cancel--> CANCELLED --requeue--> PENDING
+       +--release/recover+
+
+Claims are atomic. On PostgreSQL the claim selects the oldest PENDING row ``FOR UPDATE SKIP LOCKED``, so
+concurrent workers each lock a different row without waiting; on SQLite every transaction starts with
+``BEGIN IMMEDIATE`` (one writer at a time), and the claim's ``UPDATE ... WHERE state = 'PENDING'`` is
+checked by its row count on both, so a job is never claimed twice.
+
+A RUNNING job's worker sends heartbeats. :meth:`JobQueue.recover_stale` puts the jobs whose heartbeat is
+older than a grace period back to PENDING with ``attempts + 1``, and marks them FAILED once
+``attempts = max_attempts``. Workers call it before each claim, so a dead worker's job is picked up by
+the next worker that looks. Times are UTC seconds from the hosts' clocks: hosts sharing a database should
+keep their clocks synchronised (NTP), and the grace period should be well above any skew.
+
+The time a job spends in each state is recorded (``state_seconds``), and each job keeps a log capped at
+``LOG_CAP_BYTES``: when it overflows, the oldest text is dropped and a marker says how much.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from knowgic.errors import KnowgicError
+
+if TYPE_CHECKING:
+    from runner.submission import Submission
+
+QUEUE_SCHEMA_VERSION = 1
+DEFAULT_MAX_ATTEMPTS = 3
+LOG_CAP_BYTES = 256 * 1024
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+TERMINAL_STATES = frozenset({JobState.FINISHED, JobState.FAILED, JobState.CANCELLED})
+
+
+class QueueError(KnowgicError):
+    """Bad use of the queue: unknown job, a transition its state does not allow, an unusable database."""
+
+
+class JobLost(QueueError):
+    """The worker no longer owns the job: it was cancelled, or recovered after missed heartbeats."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One evaluation: a submission on one model, protocol and mode (and dataset version)."""
+
+    job_id: str
+    submission_sha256: str
+    submission_name: str
+    submission_version: str
+    model: str
+    protocol: str
+    mode: str
+    dataset_version: str
+    state: JobState
+    attempts: int
+    max_attempts: int
+    created_at: _dt.datetime
+    updated_at: _dt.datetime
+    state_seconds: dict[str, float]
+    worker: str | None
+    heartbeat_at: _dt.datetime | None
+    device: str | None
+    reason: str | None
+    results_sha256: str | None
+    limit: int | None = None
+    manifest: dict[str, Any] | None = None
+
+    def record(self) -> dict[str, Any]:
+        """The job as JSON-ready data (what the results store keeps with a verified run)."""
+        data = asdict(self)
+        data.pop("manifest")
+        data["state"] = str(self.state)
+        for key in ("created_at", "updated_at", "heartbeat_at"):
+            value = data[key]
+            data[key] = value.isoformat() if value is not None else None
+        return data
+
+
+_metadata = sa.MetaData()
+_jobs = sa.Table(
+    "knowgic_jobs",
+    _metadata,
+    sa.Column("job_id", sa.String(160), primary_key=True),
+    sa.Column("seq", sa.Integer, nullable=False),  # enqueue order: oldest first
+    sa.Column("submission_sha256", sa.String(64), nullable=False),
+    sa.Column("submission_name", sa.String(64), nullable=False),
+    sa.Column("submission_version", sa.String(32), nullable=False),
+    sa.Column("manifest", sa.Text, nullable=False),
+    sa.Column("model", sa.String(512), nullable=False),
+    sa.Column("protocol", sa.String(32), nullable=False),
+    sa.Column("mode", sa.String(32), nullable=False),
+    sa.Column("dataset_version", sa.String(32), nullable=False),
+    sa.Column("case_limit", sa.Integer, nullable=True),
+    sa.Column("state", sa.String(16), nullable=False, index=True),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("max_attempts", sa.Integer, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("state_entered_at", sa.Float, nullable=False),
+    sa.Column("state_seconds", sa.Text, nullable=False),
+    sa.Column("worker", sa.String(256), nullable=True),
+    sa.Column("heartbeat_at", sa.Float, nullable=True),
+    sa.Column("device", sa.String(64), nullable=True),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("results_sha256", sa.String(64), nullable=True),
+    sa.Column("log", sa.Text, nullable=False, default=""),
+    sa.Column("log_dropped", sa.Integer, nullable=False, default=0),
+)
+_meta = sa.Table(
+    "knowgic_queue_meta",
+    _metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.String(256), nullable=False),
+)
+
+
+def _utc(seconds: float | None) -> _dt.datetime | None:
+    return None if seconds is None else _dt.datetime.fromtimestamp(seconds, _dt.UTC)
+
+
+def job_id_for(submission_name: str, submission_version: str, key: dict[str, Any]) -> str:
+    """``<name>-<version>-<10 hex>``: readable, and the same for the same submission, model, protocol,
+    mode, dataset version and limit, so that submitting twice does not queue the work twice."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()[:10]
+    return f"{submission_name}-{submission_version}-{digest}"
+
+
+def _engine_for(url: str) -> Engine:
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        raise QueueError(
+            f"queue URL {url!r} is not a database URL (sqlite:///PATH or postgresql+psycopg://...)"
+        ) from None
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database
+        if database and database != ":memory:":
+            from pathlib import Path
+
+            folder = Path(database).parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise QueueError(f"cannot create the queue folder {folder}: {exc.strerror or exc}") from None
+        engine = sa.create_engine(url, connect_args={"timeout": 60}, poolclass=sa.pool.NullPool)
+
+        @sa.event.listens_for(engine, "connect")
+        def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+            # Let SQLAlchemy's begin event issue BEGIN itself (pysqlite would defer it to the first write).
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")  # readers do not block the writer
+            cursor.execute("PRAGMA busy_timeout=60000")
+            cursor.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _sqlite_begin(connection: Connection) -> None:
+            # One writer at a time, decided when the transaction starts: no lock upgrades, no deadlocks.
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    if parsed.get_backend_name() != "postgresql":
+        raise QueueError(
+            f"queue URL {url!r}: only sqlite:/// and postgresql+psycopg:// databases are supported"
+        )
+    try:
+        return sa.create_engine(url, pool_pre_ping=True)
+    except (ImportError, sa.exc.ArgumentError) as exc:
+        raise QueueError(f"queue URL {url!r}: {exc}") from None
+
+
+class JobQueue:
+    """The queue in the database at ``url`` (tables created when missing)."""
+
+    def __init__(self, url: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
+        self.url = url
+        self.max_attempts = max_attempts
+        self.engine = _engine_for(url)
+        self._migrate()
+
+    def __repr__(self) -> str:
+        return f"JobQueue({self.engine.url.render_as_string(hide_password=True)!r})"
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- database -----------------------------------------------------------------------------------
+    @contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        try:
+            with self.engine.begin() as connection:
+                yield connection
+        except sa.exc.OperationalError as exc:
+            where = self.engine.url.render_as_string(hide_password=True)
+            raise QueueError(f"queue database {where}: {str(exc.orig).splitlines()[0]}") from None
+
+    def _migrate(self) -> None:
+        """Create the tables when missing and check the schema version row."""
+        for attempt in range(3):
+            try:
+                with self._transaction() as connection:
+                    _metadata.create_all(connection, checkfirst=True)
+                    row = connection.execute(
+                        sa.select(_meta.c.value).where(_meta.c.key == "schema_version")
+                    ).first()
+                    if row is None:
+                        connection.execute(
+                            sa.insert(_meta).values(key="schema_version", value=str(QUEUE_SCHEMA_VERSION))
+                        )
+                    elif row.value != str(QUEUE_SCHEMA_VERSION):
+                        raise QueueError(
+                            f"queue database {self!r} has schema version {row.value}; this knowgic uses "
+                            f"{QUEUE_SCHEMA_VERSION}: use a new database or a matching knowgic"
+                        )
+                return
+            except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
+                # Two processes created the tables at once (PostgreSQL): the second one retries and finds them.
+                if attempt == 2:
+                    raise
+                time.sleep(0.2)
+
+    def _row(self, connection: Connection, job_id: str) -> Any:
+        row = connection.execute(sa.select(_jobs).where(_jobs.c.job_id == job_id)).first()
+        if row is None:
+            raise QueueError(f"no job {job_id!r} in the queue (see `knowgic runner status`)")
+        return row
+
+    @staticmethod
+    def _job(row: Any, now: float | None = None) -> Job:
+        seconds = json.loads(row.state_seconds)
+        # The current state's time so far counts too.
+        spent = max(0.0, (now if now is not None else time.time()) - row.state_entered_at)
+        if row.state not in TERMINAL_STATES:
+            seconds[row.state] = seconds.get(row.state, 0.0) + spent
+        return Job(
+            job_id=row.job_id,
+            submission_sha256=row.submission_sha256,
+            submission_name=row.submission_name,
+            submission_version=row.submission_version,
+            model=row.model,
+            protocol=row.protocol,
+            mode=row.mode,
+            dataset_version=row.dataset_version,
+            state=JobState(row.state),
+            attempts=row.attempts,
+            max_attempts=row.max_attempts,
+            created_at=_utc(row.created_at),  # type: ignore[arg-type]
+            updated_at=_utc(row.updated_at),  # type: ignore[arg-type]
+            state_seconds={k: round(v, 3) for k, v in seconds.items()},
+            worker=row.worker,
+            heartbeat_at=_utc(row.heartbeat_at),
+            device=row.device,
+            reason=row.reason,
+            results_sha256=row.results_sha256,
+            limit=row.case_limit,
+            manifest=json.loads(row.manifest),
+        )
+
+    @staticmethod
+    def _move(row: Any, state: JobState, now: float, **values: Any) -> dict[str, Any]:
+        """The column values of moving ``row`` to ``state`` at ``now`` (closing the old state's time)."""
+        seconds = json.loads(row.state_seconds)
+        seconds[row.state] = seconds.get(row.state, 0.0) + max(0.0, now - row.state_entered_at)
+        return {
+            "state": str(state),
+            "state_entered_at": now,
+            "state_seconds": json.dumps(seconds, sort_keys=True),
+            "updated_at": now,
+            **values,
+        }
+
+    def _transition(
+        self,
+        connection: Connection,
+        row: Any,
+        state: JobState,
+        now: float,
+        *,
+        guard: Any = None,
+        **values: Any,
+    ) -> bool:
+        """Move the row to ``state`` only if it is still in the state it was read in (and ``guard`` holds)."""
+        condition = sa.and_(_jobs.c.job_id == row.job_id, _jobs.c.state == row.state)
+        if guard is not None:
+            condition = sa.and_(condition, guard)
+        result = connection.execute(
+            sa.update(_jobs).where(condition).values(**self._move(row, state, now, **values))
+        )
+        return result.rowcount == 1
+
+    # -- submitting and reading -----------------------------------------------------------------------
+    def enqueue(self, submission: Submission, *, limit: int | None = None) -> list[Job]:
+        """One PENDING job per model x protocol x mode of the manifest; a job already queued is returned as is."""
+        manifest = submission.manifest
+        if limit is not None and limit < 1:
+            raise QueueError(f"limit must be a positive number of cases, got {limit}")
+        keys = [
+            {
+                "submission_sha256": submission.sha256,
+                "model": model,
+                "protocol": protocol,
+                "mode": mode,
+                "dataset_version": manifest["dataset_version"],
+                "limit": limit,
+            }
+            for model in manifest["models"]
+            for protocol in manifest["protocols"]
+            for mode in manifest.get("modes") or ["independent"]
+        ]
+        ids: list[str] = []
+        with self._transaction() as connection:
+            seq = connection.execute(sa.select(sa.func.coalesce(sa.func.max(_jobs.c.seq), 0))).scalar_one()
+            now = time.time()
+            for key in keys:
+                job_id = job_id_for(submission.name, submission.version, key)
+                ids.append(job_id)
+                exists = connection.execute(sa.select(_jobs.c.job_id).where(_jobs.c.job_id == job_id)).first()
+                if exists is not None:
+                    continue
+                seq += 1
+                connection.execute(
+                    sa.insert(_jobs).values(
+                        job_id=job_id,
+                        seq=seq,
+                        submission_sha256=submission.sha256,
+                        submission_name=submission.name,
+                        submission_version=submission.version,
+                        manifest=json.dumps(manifest, sort_keys=True),
+                        model=key["model"],
+                        protocol=key["protocol"],
+                        mode=key["mode"],
+                        dataset_version=key["dataset_version"],
+                        case_limit=limit,
+                        state=str(JobState.PENDING),
+                        attempts=0,
+                        max_attempts=self.max_attempts,
+                        created_at=now,
+                        updated_at=now,
+                        state_entered_at=now,
+                        state_seconds="{}",
+                        log="",
+                        log_dropped=0,
+                    )
+                )
+        return [self.get(job_id) for job_id in ids]
+
+    def get(self, job_id: str) -> Job:
+        with self._transaction() as connection:
+            return self._job(self._row(connection, job_id))
+
+    def jobs(self, states: Iterable[JobState] | None = None) -> list[Job]:
+        """Jobs in enqueue order, all of them or those in ``states``."""
+        query = sa.select(_jobs).order_by(_jobs.c.seq, _jobs.c.job_id)
+        if states is not None:
+            query = query.where(_jobs.c.state.in_([str(JobState(s)) for s in states]))
+        with self._transaction() as connection:
+            now = time.time()
+            return [self._job(row, now) for row in connection.execute(query)]
+
+    def counts(self) -> dict[str, int]:
+        """The number of jobs in each state (every state listed)."""
+        with self._transaction() as connection:
+            rows = connection.execute(sa.select(_jobs.c.state, sa.func.count()).group_by(_jobs.c.state))
+            found = {state: count for state, count in rows}
+        return {str(state): int(found.get(str(state), 0)) for state in JobState}
+
+    # -- workers --------------------------------------------------------------------------------------
+    def claim(self, worker_id: str, *, device: str | None = None) -> Job | None:
+        """The oldest PENDING job, now RUNNING on ``worker_id``; None when there is none. Atomic."""
+        for _ in range(100):
+            with self._transaction() as connection:
+                row = connection.execute(
+                    sa.select(_jobs)
+                    .where(_jobs.c.state == str(JobState.PENDING))
+                    .order_by(_jobs.c.seq, _jobs.c.job_id)
+                    .limit(1)
+                    .with_for_update(skip_locked=True)  # PostgreSQL; SQLite's BEGIN IMMEDIATE serialises
+                ).first()
+                if row is None:
+                    return None
+                now = time.time()
+                if self._transition(
+                    connection, row, JobState.RUNNING, now, worker=worker_id, heartbeat_at=now, device=device
+                ):
+                    return self._job(self._row(connection, row.job_id), now)
+            # Someone else moved that row between the select and the update: look again.
+        return None
+
+    def _owned(self, connection: Connection, job_id: str, worker_id: str) -> Any:
+        row = self._row(connection, job_id)
+        if row.state != JobState.RUNNING or row.worker != worker_id:
+            holder = f" on worker {row.worker}" if row.worker else ""
+            raise JobLost(f"job {job_id} is {row.state}{holder}, no longer running on worker {worker_id}")
+        return row
+
+    def heartbeat(self, job_id: str, worker_id: str) -> None:
+        """Record that ``worker_id`` still runs the job; raises :class:`JobLost` when it no longer owns it."""
+        with self._transaction() as connection:
+            now = time.time()
+            result = connection.execute(
+                sa.update(_jobs)
+                .where(
+                    _jobs.c.job_id == job_id,
+                    _jobs.c.state == str(JobState.RUNNING),
+                    _jobs.c.worker == worker_id,
+                )
+                .values(heartbeat_at=now, updated_at=now)
+            )
+            if result.rowcount != 1:
+                self._owned(connection, job_id, worker_id)  # raises with what happened
+
+    def finish(self, job_id: str, worker_id: str, results_sha256: str) -> Job:
+        with self._transaction() as connection:
+            row = self._owned(connection, job_id, worker_id)
+            now = time.time()
+            guard = _jobs.c.worker == worker_id
+            if not self._transition(
+                connection,
+                row,
+                JobState.FINISHED,
+                now,
+                guard=guard,
+                results_sha256=results_sha256,
+                reason=None,
+            ):
+                self._owned(connection, job_id, worker_id)
+            return self._job(self._row(connection, job_id), now)
+
+    def fail(self, job_id: str, worker_id: str, reason: str) -> Job:
+        """Mark the job FAILED with a reason a person can act on (kept to one paragraph)."""
+        with self._transaction() as connection:
+            row = self._owned(connection, job_id, worker_id)
+            now = time.time()
+            guard = _jobs.c.worker == worker_id
+            if not self._transition(connection, row, JobState.FAILED, now, guard=guard, reason=_clip(reason)):
+                self._owned(connection, job_id, worker_id)
+            return self._job(self._row(connection, job_id), now)
+
+    def release(self, job_id: str, worker_id: str, note: str) -> Job:
+        """A stopping worker hands its job back: PENDING again, without counting an attempt."""
+        with self._transaction() as connection:
+            row = self._owned(connection, job_id, worker_id)
+            now = time.time()
+            guard = _jobs.c.worker == worker_id
+            self._transition(
+                connection,
+                row,
+                JobState.PENDING,
+                now,
+                guard=guard,
+                worker=None,
+                heartbeat_at=None,
+                device=None,
+            )
+            self._append(connection, job_id, f"[queue] released by worker {worker_id}: {note}\n")
+            return self._job(self._row(connection, job_id), now)
+
+    def recover_stale(self, grace_seconds: float) -> list[Job]:
+        """RUNNING jobs without a heartbeat for ``grace_seconds``: back to PENDING with ``attempts + 1``,
+        or FAILED when that makes ``attempts == max_attempts``. Returns the jobs moved."""
+        moved: list[Job] = []
+        with self._transaction() as connection:
+            now = time.time()
+            rows = connection.execute(
+                sa.select(_jobs)
+                .where(_jobs.c.state == str(JobState.RUNNING), _jobs.c.heartbeat_at < now - grace_seconds)
+                .with_for_update(skip_locked=True)
+            ).all()
+            for row in rows:
+                attempts = row.attempts + 1
+                last = _utc(row.heartbeat_at)
+                lost = (
+                    f"worker {row.worker} stopped sending heartbeats (last at "
+                    f"{last.isoformat(timespec='seconds') if last else 'never'}, grace {grace_seconds:g} s)"
+                )
+                guard = _jobs.c.heartbeat_at == row.heartbeat_at  # unchanged since read: the worker is silent
+                if attempts >= row.max_attempts:
+                    reason = (
+                        f"{lost}; this was attempt {attempts} of {row.max_attempts}, so the job is failed: "
+                        f"check the worker hosts (out of memory? killed?) and `knowgic runner logs {row.job_id}`, "
+                        f"then `knowgic runner requeue {row.job_id}`"
+                    )
+                    done = self._transition(
+                        connection, row, JobState.FAILED, now, guard=guard, attempts=attempts, reason=reason
+                    )
+                else:
+                    done = self._transition(
+                        connection,
+                        row,
+                        JobState.PENDING,
+                        now,
+                        guard=guard,
+                        attempts=attempts,
+                        worker=None,
+                        heartbeat_at=None,
+                        device=None,
+                    )
+                if done:
+                    self._append(
+                        connection, row.job_id, f"[queue] {lost}; attempt {attempts} of {row.max_attempts}\n"
+                    )
+                    moved.append(self._job(self._row(connection, row.job_id), now))
+        return moved
+
+    # -- people ---------------------------------------------------------------------------------------
+    def requeue(self, job_id: str) -> Job:
+        """A FAILED or CANCELLED job: PENDING again, attempts reset."""
+        with self._transaction() as connection:
+            row = self._row(connection, job_id)
+            state = JobState(row.state)
+            if state == JobState.FINISHED:
+                raise QueueError(
+                    f"job {job_id} is FINISHED (results {row.results_sha256[:12]}… are in the store)"
+                )
+            if state == JobState.PENDING:
+                raise QueueError(f"job {job_id} is already PENDING")
+            if state == JobState.RUNNING:
+                raise QueueError(f"job {job_id} is RUNNING on worker {row.worker}; cancel it first")
+            now = time.time()
+            self._transition(
+                connection,
+                row,
+                JobState.PENDING,
+                now,
+                attempts=0,
+                reason=None,
+                worker=None,
+                heartbeat_at=None,
+                device=None,
+            )
+            self._append(connection, job_id, f"[queue] requeued from {state}\n")
+            return self._job(self._row(connection, job_id), now)
+
+    def cancel(self, job_id: str) -> Job:
+        """A PENDING or RUNNING job: CANCELLED (a running worker learns it at its next heartbeat)."""
+        with self._transaction() as connection:
+            row = self._row(connection, job_id)
+            state = JobState(row.state)
+            if state in TERMINAL_STATES:
+                raise QueueError(f"job {job_id} is already {state}; nothing to cancel")
+            now = time.time()
+            self._transition(connection, row, JobState.CANCELLED, now, reason="cancelled by a maintainer")
+            self._append(connection, job_id, f"[queue] cancelled while {state}\n")
+            return self._job(self._row(connection, job_id), now)
+
+    # -- logs -----------------------------------------------------------------------------------------
+    def _append(self, connection: Connection, job_id: str, text: str) -> None:
+        row = connection.execute(
+            sa.select(_jobs.c.log, _jobs.c.log_dropped).where(_jobs.c.job_id == job_id)
+        ).first()
+        if row is None:
+            raise QueueError(f"no job {job_id!r} in the queue")
+        log = row.log + text
+        dropped = row.log_dropped
+        if len(log) > LOG_CAP_BYTES:
+            cut = len(log) - LOG_CAP_BYTES
+            newline = log.find("\n", cut)
+            if 0 <= newline < cut + 4096:  # drop whole lines when one ends nearby
+                cut = newline + 1
+            dropped += cut
+            log = log[cut:]
+        connection.execute(
+            sa.update(_jobs).where(_jobs.c.job_id == job_id).values(log=log, log_dropped=dropped)
+        )
+
+    def append_log(self, job_id: str, text: str) -> None:
+        """Add text to the job's log; past ``LOG_CAP_BYTES`` characters the oldest text is dropped."""
+        text = text.replace("\x00", "")
+        with self._transaction() as connection:
+            self._append(connection, job_id, text)
+
+    def logs(self, job_id: str) -> str:
+        with self._transaction() as connection:
+            self._row(connection, job_id)
+            row = connection.execute(
+                sa.select(_jobs.c.log, _jobs.c.log_dropped).where(_jobs.c.job_id == job_id)
+            ).one()
+        head = f"[… {row.log_dropped} earlier characters dropped …]\n" if row.log_dropped else ""
+        return head + row.log
+
+
+def _clip(reason: str, limit: int = 2000) -> str:
+    reason = " ".join(reason.split())
+    return reason if len(reason) <= limit else reason[: limit - 1] + "…"
+
+
+def default_queue_url(store_root: Any) -> str:
+    """``$KNOWGIC_QUEUE_URL``, else the SQLite file beside the store."""
+    import os
+
+    from runner.store import ResultsStore
+
+    return os.environ.get("KNOWGIC_QUEUE_URL") or ResultsStore(store_root).queue_url()
