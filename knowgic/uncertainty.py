@@ -111,7 +111,7 @@ class BootstrapSettings:
 
 @dataclass(frozen=True)
 class Ratio:
-    r"""A metric :math:`\sum_e a_e / \sum_e b_e` over edits, by its per-edit sums (``None``: not recordable)."""
+    r"""A metric :math:`\sum_e a_e / \sum_e b_e` over edits, by its per-edit sums (in the run's edit order)."""
 
     numerator: np.ndarray
     denominator: np.ndarray
@@ -411,6 +411,69 @@ def _aligned(b: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
     return {**b, "per_edit": [by_id[e] for e in order]}
 
 
+@dataclass(frozen=True)
+class PairedResamples:
+    """Several comparable runs' metrics, each recomputed on the *same* resampled edits.
+
+    ``resampled[i][metric]`` is run ``i``'s metric in every resample (``None`` with fewer than two edits).
+    """
+
+    settings: BootstrapSettings
+    documents: tuple[Mapping[str, Any], ...]
+    stats: tuple[EditStatistics, ...]
+    resampled: tuple[dict[str, np.ndarray], ...] | None
+
+    def difference(self, metric: str, a: int, b: int) -> MetricDifference:
+        r"""Run ``b`` minus run ``a`` on ``metric``: the percentile interval of
+        :math:`\theta^{b*}_k - \theta^{a*}_k` over the resamples where both are defined."""
+        va = metric_entry_at(self.documents[a]["metrics"], metric)["value"]
+        vb = metric_entry_at(self.documents[b]["metrics"], metric)["value"]
+        if va is None or vb is None:
+            which = " and ".join(x for x, v in (("A", va), ("B", vb)) if v is None)
+            return MetricDifference(metric, va, vb, None, None, None, None, f"undefined in {which}")
+        missing = self.stats[a].missing.get(metric) or self.stats[b].missing.get(metric)
+        if self.resampled is None or missing is not None:
+            reason = missing or "the runs have one edit: a bootstrap over edits needs at least two"
+            return MetricDifference(metric, va, vb, vb - va, None, None, None, reason)
+        interval = _interval(
+            self.resampled[b][metric] - self.resampled[a][metric],
+            self.settings.level,
+            min(_edits_defined(self.stats[a], metric), _edits_defined(self.stats[b], metric)),
+        )
+        if interval.reason is not None:
+            return MetricDifference(metric, va, vb, vb - va, None, None, None, interval.reason)
+        assert interval.low is not None and interval.high is not None
+        excludes = bool(interval.low > 0.0 or interval.high < 0.0)
+        return MetricDifference(metric, va, vb, vb - va, interval.low, interval.high, excludes)
+
+
+def paired_resamples(
+    documents: Sequence[Mapping[str, Any]], settings: BootstrapSettings | None = None
+) -> PairedResamples:
+    """Resample the edits once and recompute every run's metrics on those draws.
+
+    Every run must be comparable with the first (:func:`comparability_problem`); its per-edit records
+    are put in the first run's edit order, so that draw ``e`` means the same edit in every run.
+    Raises :class:`KnowgicError` naming the first run that is not comparable.
+    """
+    if not documents:
+        raise KnowgicError("no runs to compare")
+    settings = settings or BootstrapSettings()
+    first = documents[0]
+    for i, other in enumerate(documents[1:], 2):
+        problem = comparability_problem(first, other)
+        if problem is not None:
+            raise KnowgicError(f"cannot compare the runs (run 1 is A, run {i} is B): {problem}")
+    stats_first = edit_statistics(first)
+    stats = (stats_first, *(edit_statistics(_aligned(d, stats_first.edit_ids)) for d in documents[1:]))
+    n_edits = len(stats_first.edit_ids)
+    resampled = None
+    if n_edits >= 2:
+        counts = resample_counts(n_edits, settings.resamples, settings.seed)
+        resampled = tuple(resampled_metrics(s, counts) for s in stats)
+    return PairedResamples(settings, tuple(documents), stats, resampled)
+
+
 def compare_results(
     a: Mapping[str, Any],
     b: Mapping[str, Any],
@@ -419,7 +482,7 @@ def compare_results(
     seed: int = DEFAULT_SEED,
     level: float = DEFAULT_LEVEL,
 ) -> list[MetricDifference]:
-    r"""Run B minus run A on every metric, with a paired cluster-bootstrap interval.
+    r"""Run B minus run A on every metric (:data:`INTERVAL_METRICS`), with a paired cluster-bootstrap interval.
 
     Both runs' metrics are recomputed on the same resampled edits :math:`c_{k,e}` and the interval is the
     percentile interval of :math:`\theta^{B*}_k - \theta^{A*}_k` over the resamples where both are defined.
@@ -430,38 +493,41 @@ def compare_results(
     problem = comparability_problem(a, b)
     if problem is not None:
         raise KnowgicError(f"cannot compare the runs: {problem}")
-    settings = BootstrapSettings(resamples=resamples, seed=seed, level=level)
-    stats_a = edit_statistics(a)
-    stats_b = edit_statistics(_aligned(b, stats_a.edit_ids))
-    n_edits = len(stats_a.edit_ids)
-    counts = resample_counts(n_edits, settings.resamples, settings.seed) if n_edits >= 2 else None
-    res_a = resampled_metrics(stats_a, counts) if counts is not None else {}
-    res_b = resampled_metrics(stats_b, counts) if counts is not None else {}
-    diffs = []
-    for name in INTERVAL_METRICS:
-        va = metric_entry_at(a["metrics"], name)["value"]
-        vb = metric_entry_at(b["metrics"], name)["value"]
-        if va is None or vb is None:
-            which = " and ".join(x for x, v in (("A", va), ("B", vb)) if v is None)
-            diffs.append(MetricDifference(name, va, vb, None, None, None, None, f"undefined in {which}"))
+    paired = paired_resamples([a, b], BootstrapSettings(resamples=resamples, seed=seed, level=level))
+    return [paired.difference(name, 0, 1) for name in INTERVAL_METRICS]
+
+
+@dataclass(frozen=True)
+class BestComparison:
+    """Per metric: the best run and, for every run, whether it is distinguishable from it.
+
+    ``tied[i]`` is ``True`` when the paired interval of run ``i`` minus the best run includes 0 (the best
+    run itself is ``True``), ``False`` when it excludes 0, and ``None`` when it cannot be computed or the
+    run's value is undefined.
+    """
+
+    metric: str
+    best: int | None
+    tied: tuple[bool | None, ...]
+
+
+def compare_with_best(paired: PairedResamples, metric: str, lower_is_better: bool) -> BestComparison:
+    """The run with the best value of ``metric`` (the first of equal ones) and each run's paired test
+    against it (see :class:`BestComparison`)."""
+    values = [metric_entry_at(d["metrics"], metric)["value"] for d in paired.documents]
+    defined = [i for i, v in enumerate(values) if v is not None]
+    if not defined:
+        return BestComparison(metric, None, tuple(None for _ in values))
+    sign = 1.0 if lower_is_better else -1.0
+    best = min(defined, key=lambda i: (sign * float(values[i]), i))
+    tied: list[bool | None] = []
+    for i in range(len(values)):
+        if i == best:
+            tied.append(True)
             continue
-        missing = stats_a.missing.get(name) or stats_b.missing.get(name)
-        if counts is None or missing is not None:
-            reason = missing or "the runs have one edit: a bootstrap over edits needs at least two"
-            diffs.append(MetricDifference(name, va, vb, vb - va, None, None, None, reason))
-            continue
-        interval = _interval(
-            res_b[name] - res_a[name],
-            settings.level,
-            min(_edits_defined(stats_a, name), _edits_defined(stats_b, name)),
-        )
-        if interval.reason is not None:
-            diffs.append(MetricDifference(name, va, vb, vb - va, None, None, None, interval.reason))
-            continue
-        assert interval.low is not None and interval.high is not None
-        excludes = bool(interval.low > 0.0 or interval.high < 0.0)
-        diffs.append(MetricDifference(name, va, vb, vb - va, interval.low, interval.high, excludes))
-    return diffs
+        difference = paired.difference(metric, best, i)
+        tied.append(None if difference.excludes_zero is None else not difference.excludes_zero)
+    return BestComparison(metric, best, tuple(tied))
 
 
 def format_value(entry: Mapping[str, Any], digits: int = 3) -> str:

@@ -104,8 +104,8 @@ def test_per_edit_null_without_reason_breaks_the_schema(identity_run) -> None:
 def test_printed_directions_come_from_the_spec(identity_run, tmp_path, capsys) -> None:
     print_results(identity_run.document)
     shipped = capsys.readouterr().out
-    assert re.search(r"IFR +│ +1\.0000 +│ +\d+ +│ lower", shipped)
-    assert re.search(r"Preservation +│ +1\.0000 +│ +\d+ +│ higher", shipped)
+    assert re.search(r"IFR +│ +1\.0000 +│ +\[[^│]+\] +│ +\d+ +│ lower", shipped)
+    assert re.search(r"Preservation +│ +1\.0000 +│ +\[[^│]+\] +│ +\d+ +│ higher", shipped)
     # Another spec: IFR labelled and directed differently, and the table follows it.
     text = (spec_dir() / "benchmark.yaml").read_text(encoding="utf-8")
     changed = text.replace(
@@ -116,8 +116,8 @@ def test_printed_directions_come_from_the_spec(identity_run, tmp_path, capsys) -
     (tmp_path / "benchmark.yaml").write_text(changed, encoding="utf-8")
     print_results(identity_run.document, spec=load_evaluation_spec(tmp_path / "benchmark.yaml"))
     printed = capsys.readouterr().out
-    assert re.search(r"Indirect recovery +│ +1\.0000 +│ +\d+ +│ higher", printed)
-    assert not re.search(r"IFR +│ +1\.0000 +│ +\d+ +│ lower", printed)
+    assert re.search(r"Indirect recovery +│ +1\.0000 +│ +\[[^│]+\] +│ +\d+ +│ higher", printed)
+    assert not re.search(r"IFR +│ +1\.0000 +│ +\[[^│]+\] +│ +\d+ +│ lower", printed)
 
 
 def test_tampered_results_are_refused(identity_run, tmp_path) -> None:
@@ -350,7 +350,7 @@ def test_cli_sweep_reports_each_editor_and_writes_the_table(knowgic_tiny, tmp_pa
     table = (out / "summary.md").read_text(encoding="utf-8")
     assert table.strip() in captured.out
     rows = [line for line in table.splitlines() if line.startswith("| none") or line.startswith("| ice")]
-    assert len(rows) == 2
+    assert len(rows) == 4  # the headline table and the IFR-by-length table
     assert (out / "none" / "results.json").is_file() and (out / "ice" / "results.json").is_file()
 
 
@@ -360,7 +360,7 @@ def test_summarize_joins_separate_runs_and_refuses_mismatches(knowgic_tiny, tmp_
     swept = (sweep / "summary.md").read_text(encoding="utf-8")
     capsys.readouterr()
 
-    # The same runs named one by one, in another order, give the sweep's rows (in the order named).
+    # The same runs named one by one, in another order, give the sweep's rows in the sweep's order.
     table_file = tmp_path / "joined" / "summary.md"
     code = _run_main(
         ["summarize", str(sweep / "ice"), str(sweep / "none" / "results.json"), "--out", str(table_file)]
@@ -368,12 +368,13 @@ def test_summarize_joins_separate_runs_and_refuses_mismatches(knowgic_tiny, tmp_
     out = capsys.readouterr().out
     assert code == 0
     rows = [line for line in out.splitlines() if line.startswith("| ")]
-    assert [r.split("|")[1].strip() for r in rows[1:]] == ["ice", "none"]
+    assert [r.split("|")[1].strip() for r in rows if not r.startswith("| editor")] == ["none", "ice"] * 2
     assert set(rows) <= set(swept.splitlines())
     assert table_file.read_text(encoding="utf-8").strip() == out.strip()
     # A sweep folder stands for all its runs.
     assert _run_main(["summarize", str(sweep)]) == 0
-    assert capsys.readouterr().out.count("\n| ") == 2  # the two runs; the header opens the output
+    printed = capsys.readouterr().out.splitlines()
+    assert len([r for r in printed if r.startswith("| ") and not r.startswith("| editor")]) == 4
 
     # A run on a different slice of the benchmark cannot share the table.
     other = tmp_path / "other"

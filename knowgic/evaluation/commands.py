@@ -12,9 +12,11 @@ import yaml
 
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
+from knowgic.uncertainty import DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED
 
 if TYPE_CHECKING:
-    from knowgic.evaluation.spec import EvaluationSpec
+    from knowgic.evaluation.spec import EvaluationSpec, MetricSpec
+    from knowgic.uncertainty import MetricDifference
 
 
 def _spec_default(attribute: str) -> str:
@@ -44,6 +46,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _level(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number strictly between 0 and 1, got {text!r}")
     return value
 
 
@@ -98,7 +110,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
     p.add_argument("--limit", type=_positive_int, help="evaluate only the first N distinct edits")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the editor's and the generate protocol's randomness"
+    )
     p.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
     p.add_argument(
         "--device", default="auto", help="auto (default: cuda when available), cpu, cuda, cuda:1, ..."
@@ -116,7 +130,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run several editors on one model and print a Markdown table of their metrics",
         description="Evaluate several editors on one model (loaded once); writes DIR/<editor>/ and DIR/summary.md.",
     )
-    s.add_argument("--model", default="knowgic-tiny")
+    s.add_argument(
+        "--model",
+        default="knowgic-tiny",
+        help="offline name, hub id or path, loaded once (default: knowgic-tiny)",
+    )
     s.add_argument(
         "--editors",
         default=",".join(BASELINES),
@@ -124,11 +142,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     s.add_argument("--protocol", help="scoring protocol (default: the spec's default_protocol)")
     s.add_argument("--mode", help="independent or sequential (default: the spec's default_mode)")
-    s.add_argument("--dataset-version")
-    s.add_argument("--limit", type=_positive_int)
-    s.add_argument("--dtype", default="float32")
-    s.add_argument("--device", default="auto")
-    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
+    s.add_argument("--limit", type=_positive_int, help="evaluate only the first N distinct edits")
+    s.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
+    s.add_argument(
+        "--device", default="auto", help="auto (default: cuda when available), cpu, cuda, cuda:1, ..."
+    )
+    s.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="output folder: one sub-folder of results per editor, and summary.md (the table)",
+    )
     _add_stats_arguments(s, "applied to the editors with key statistics, the others run as they are")
     s.set_defaults(func=run_sweep_command)
 
@@ -139,7 +164,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run folders or sweep folders. The runs must share model, dataset version, protocol, mode, limit, dtype, "
         "device and seed.",
     )
-    m.add_argument("results", nargs="+", type=Path, metavar="RESULTS")
+    m.add_argument(
+        "results",
+        nargs="+",
+        type=Path,
+        metavar="RESULTS",
+        help="a results.json file, a run folder holding one, or a sweep folder of run folders (repeatable)",
+    )
     m.add_argument("--out", type=Path, help="also write the table to this Markdown file")
     m.set_defaults(func=run_summarize)
 
@@ -149,9 +180,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Apply one edit of the benchmark, score the rewrite prompt, the question form, the "
         "subject's other facts and any facts you name before and after it, then restore the model.",
     )
-    q.add_argument("--model", default="knowgic-tiny")
-    q.add_argument("--editor", required=True)
-    q.add_argument("--hparams", type=Path)
+    q.add_argument(
+        "--model", default="knowgic-tiny", help="offline name, hub id or path (default: knowgic-tiny)"
+    )
+    q.add_argument("--editor", required=True, help="built-in, entry-point name, or module:Class")
+    q.add_argument(
+        "--hparams", type=Path, help="hparams YAML (default: the shipped file for this editor and model)"
+    )
     which = q.add_mutually_exclusive_group(required=True)
     which.add_argument("--subject", help="the edit's subject (case-insensitive), e.g. 'Harry Potter'")
     which.add_argument("--edit-id", help="the edit's id (results.json per_edit[].edit_id)")
@@ -164,9 +199,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Wizardry' (repeatable)",
     )
     q.add_argument("--facts-file", type=Path, help="YAML list of {prompt, subject, answer} to probe")
-    q.add_argument("--dataset-version")
-    q.add_argument("--dtype", default="float32")
-    q.add_argument("--device", default="auto")
+    q.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
+    q.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
+    q.add_argument(
+        "--device", default="auto", help="auto (default: cuda when available), cpu, cuda, cuda:1, ..."
+    )
     q.add_argument("--json", action="store_true", help="print JSON instead of the table")
     q.set_defaults(func=run_probe_command)
 
@@ -175,8 +212,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="measure evaluation speed and memory against the naive per-row protocol",
         description="Speed and memory benchmark; prints one JSON line of measured ratios.",
     )
-    b.add_argument("--model", default="knowgic-tiny")
-    b.add_argument("--editor", default="rome")
+    b.add_argument("--model", default="knowgic-tiny", help="model to benchmark (default: knowgic-tiny)")
+    b.add_argument("--editor", default="rome", help="editor to benchmark (default: rome)")
     b.add_argument(
         "--naive-rows",
         type=_positive_int,
@@ -187,8 +224,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument(
         "--repeats", type=_positive_int, default=3, help="best of this many scorer/forward timings"
     )
-    b.add_argument("--dataset-version")
+    b.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
     b.set_defaults(func=run_bench)
+
+    c = subparsers.add_parser(
+        "compare",
+        help="run B minus run A on every metric, with a paired bootstrap interval",
+        description="Compare two runs of the same model, dataset version and hash, protocol and mode, edit by "
+        "edit: per metric the difference B - A with a paired cluster-bootstrap interval over the same "
+        "resampled edits, and whether it excludes 0. Runs that differ in any of those are refused.",
+    )
+    c.add_argument("run_a", type=Path, metavar="RUN_A", help="results.json file, or a run folder holding one")
+    c.add_argument("run_b", type=Path, metavar="RUN_B", help="results.json file, or a run folder holding one")
+    c.add_argument(
+        "--resamples",
+        type=_positive_int,
+        default=DEFAULT_RESAMPLES,
+        help=f"bootstrap resamples (default: {DEFAULT_RESAMPLES})",
+    )
+    c.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default: {DEFAULT_SEED})")
+    c.add_argument(
+        "--level",
+        type=_level,
+        default=DEFAULT_LEVEL,
+        help=f"interval level, between 0 and 1 (default: {DEFAULT_LEVEL})",
+    )
+    c.add_argument("--json", action="store_true", help="print the comparison as JSON instead of the table")
+    c.set_defaults(func=run_compare)
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
@@ -232,6 +294,22 @@ def _fmt(value: float | None) -> str:
     return "null" if value is None else f"{value:.4f}"
 
 
+def _value_cells(entry: Mapping[str, Any]) -> tuple[str, str]:
+    """The value and its interval (``[0.2593, 0.5808]``; ``–`` where there is none)."""
+    interval = entry.get("interval")
+    shown = f"[{interval[0]:.4f}, {interval[1]:.4f}]" if interval else "–"
+    return _fmt(entry["value"]), shown
+
+
+def _note(entry: Mapping[str, Any]) -> str:
+    """Why the value is null, else why its interval is (documents of schema 1.0 have neither)."""
+    if entry.get("reason"):
+        return str(entry["reason"])
+    if entry["value"] is not None and entry.get("interval_reason"):
+        return f"no interval: {entry['interval_reason']}"
+    return ""
+
+
 def print_results(
     document: Mapping[str, Any],
     results_path: Path | None = None,
@@ -245,7 +323,8 @@ def print_results(
     from knowgic.evaluation.spec import load_evaluation_spec
 
     metrics_spec = (spec or load_evaluation_spec()).metrics
-    console = Console(soft_wrap=True)
+    # Piped or logged output gets whole lines rather than a table folded to 80 columns.
+    console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
     c, d, m, n = document["config"], document["dataset"], document["metrics"], document["counts"]
     table = Table(
         title=(
@@ -253,8 +332,11 @@ def print_results(
         ),
         title_justify="left",
     )
+    uncertainty = document.get("uncertainty")
+    level = f"{round(100 * uncertainty['level'])}%" if uncertainty else "95%"
     table.add_column("metric")
     table.add_column("value", justify="right")
+    table.add_column(f"{level} interval", justify="right")
     table.add_column("n", justify="right")
     table.add_column("better")
     table.add_column("note")
@@ -267,12 +349,10 @@ def print_results(
         label, direction = (declared.label, declared.direction) if declared else (key, "")
         entry = m[key]
         if "value" in entry:
-            table.add_row(label, _fmt(entry["value"]), str(entry["n"]), direction, entry.get("reason", ""))
+            table.add_row(label, *_value_cells(entry), str(entry["n"]), direction, _note(entry))
             continue
         for part, sub in entry.items():  # ifr_by_length: one row per chain length
-            table.add_row(
-                f"  {label}, n = {part}", _fmt(sub["value"]), str(sub["n"]), direction, sub.get("reason", "")
-            )
+            table.add_row(f"  {label}, n = {part}", *_value_cells(sub), str(sub["n"]), direction, _note(sub))
     console.print(table)
     console.print(
         f"chains {n['chains']} (active {n['active_chains']}, still recoverable {n['recoverable_chains']}), "
@@ -280,6 +360,11 @@ def print_results(
         f"(known {n.get('preservation_facts_known', '?')}), neighbourhood facts {n['specificity_facts']} "
         f"(known {n.get('specificity_facts_known', '?')})"
     )
+    if uncertainty:
+        console.print(
+            f"intervals: {level}, {uncertainty['method']}, {n['edits']} edits, "
+            f"{uncertainty['resamples']} resamples, seed {uncertainty['seed']} (docs/metrics.md)"
+        )
     t = document["timing"]
     pre = "from cache" if t.get("pre_scores_cached") else f"{t.get('pre_scoring_seconds', 0.0):.1f} s"
     console.print(
@@ -329,6 +414,89 @@ def run_summarize(args: argparse.Namespace) -> int:
             raise KnowgicError(f"cannot write {args.out}: {exc}") from None
     print(table)
     return 0
+
+
+def _run_document(path: Path) -> dict[str, Any]:
+    """The verified results document of ``path`` (a results.json file or a run folder holding one)."""
+    from knowgic.evaluation.results import load_results
+
+    if path.is_dir():
+        if not (path / "results.json").is_file():
+            raise KnowgicError(f"{path} holds no results.json")
+        path = path / "results.json"
+    elif not path.exists():
+        raise KnowgicError(f"{path} does not exist")
+    return load_results(path)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from knowgic.evaluation.spec import load_evaluation_spec
+    from knowgic.uncertainty import compare_results
+
+    a, b = _run_document(args.run_a), _run_document(args.run_b)
+    differences = compare_results(a, b, resamples=args.resamples, seed=args.seed, level=args.level)
+    level = f"{round(100 * args.level)}%"
+    if args.json:
+        report = {
+            "a": {"path": str(args.run_a), "editor": a["config"]["editor"], "sha256": a["sha256"]},
+            "b": {"path": str(args.run_b), "editor": b["config"]["editor"], "sha256": b["sha256"]},
+            "bootstrap": {
+                "method": "paired cluster bootstrap (percentile) over edits",
+                "resamples": args.resamples,
+                "seed": args.seed,
+                "level": args.level,
+                "edits": len(a["per_edit"]),
+            },
+            "differences": [asdict(d) for d in differences],
+        }
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+        return 0
+    metrics_spec = load_evaluation_spec().metrics
+    c = a["config"]
+    table = Table(
+        title=f"B - A | {c['model']} | KnowGIC {a['dataset']['version']} | {c['protocol']} | {c['mode']}",
+        caption=f"A = {c['editor']} ({args.run_a}), B = {b['config']['editor']} ({args.run_b})",
+        title_justify="left",
+        caption_justify="left",
+    )
+    table.add_column("metric")
+    for column in ("A", "B", "B - A", f"{level} interval"):
+        table.add_column(column, justify="right")
+    table.add_column("excludes 0")
+    for d in differences:
+        head, _, length = d.metric.partition(".")
+        declared = metrics_spec.get(head)
+        label = "IFR" if length else (declared.label if declared else head)
+        label = f"{label} n={length}" if length else label
+        interval = "–" if d.low is None or d.high is None else f"[{d.low:+.4f}, {d.high:+.4f}]"
+        difference = "–" if d.difference is None else f"{d.difference:+.4f}"
+        table.add_row(label, _fmt(d.a), _fmt(d.b), difference, interval, _verdict(d, declared))
+    # Piped or logged output gets whole lines rather than a table folded to 80 columns.
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(table)
+    console.print(
+        f"Paired cluster bootstrap over the {len(a['per_edit'])} edits: both runs' metrics recomputed on the "
+        f"same {args.resamples} resamples (seed {args.seed}). 'yes': these edits tell the runs apart."
+    )
+    return 0
+
+
+def _verdict(difference: MetricDifference, declared: MetricSpec | None) -> str:
+    """Whether the paired interval excludes 0 and, by the metric's direction, which run is better."""
+    if difference.excludes_zero is None:
+        return f"– ({difference.reason})"
+    if not difference.excludes_zero:
+        return "no"
+    if declared is None or declared.direction not in ("lower", "higher"):
+        return "yes"
+    b_lower = difference.difference is not None and difference.difference < 0
+    return "yes, B better" if b_lower == (declared.direction == "lower") else "yes, A better"
 
 
 def run_probe_command(args: argparse.Namespace) -> int:

@@ -4,54 +4,161 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from knowgic.errors import KnowgicError
+from knowgic.evaluation import BASELINES
 from knowgic.evaluation.evaluate import EvaluationRequest, check_request, evaluate
 from knowgic.evaluation.results import check_writable, load_results, write_atomic
+from knowgic.metrics import MAX_CHAIN_LENGTH
+from knowgic.uncertainty import (
+    DEFAULT_LEVEL,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    BestComparison,
+    BootstrapSettings,
+    compare_with_best,
+    format_value,
+    metric_entry_at,
+    paired_resamples,
+)
 
 
-def _cell(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
+@dataclass(frozen=True)
+class Column:
+    """A metric column of the summary table: its path in ``metrics``, header and direction."""
+
+    metric: str
+    header: str
+    lower_is_better: bool
 
 
-def summary_table(documents: Sequence[Mapping[str, Any]]) -> str:
-    """A Markdown table: one row per run with the headline metrics, IFR by length and seconds per edit."""
-    header = (
-        "| editor | IFR ↓ | IFR n=1 | n=2 | n=3 | n=4 | n=5 | Pres. ↑ | Eff. ↑ | Gen. ↑ | Spec. ↑ "
-        "| deep ↑ | active chains | s/edit |"
+HEADLINE_COLUMNS = (
+    Column("ifr", "IFR ↓", True),
+    Column("preservation", "Pres. ↑", False),
+    Column("efficacy", "Eff. ↑", False),
+    Column("generalization", "Gen. ↑", False),
+    Column("specificity", "Spec. ↑", False),
+    Column("deep_editing_score", "deep ↑", False),
+)
+LENGTH_COLUMNS = tuple(Column(f"ifr_by_length.{n}", f"n={n} ↓", True) for n in range(1, MAX_CHAIN_LENGTH + 1))
+TIED_MARK = "≈"
+
+
+def _bootstrap_settings(document: Mapping[str, Any]) -> BootstrapSettings:
+    """The settings the run's own intervals used (the defaults for a document without them)."""
+    recorded = document.get("uncertainty") or {}
+    return BootstrapSettings(
+        resamples=int(recorded.get("resamples", DEFAULT_RESAMPLES)),
+        seed=int(recorded.get("seed", DEFAULT_SEED)),
+        level=float(recorded.get("level", DEFAULT_LEVEL)),
     )
-    lines = [header, "|" + "---|" * 14]
+
+
+def _best_marks(
+    documents: Sequence[Mapping[str, Any]], columns: Sequence[Column], settings: BootstrapSettings
+) -> tuple[dict[str, BestComparison], str | None]:
+    """Each column's best row and paired tests against it, or why the rows cannot be compared."""
+    try:
+        paired = paired_resamples(documents, settings)
+    except KnowgicError as exc:
+        return {}, str(exc)
+    return {c.metric: compare_with_best(paired, c.metric, c.lower_is_better) for c in columns}, None
+
+
+def _cell(document: Mapping[str, Any], row: int, column: Column, marks: Mapping[str, BestComparison]) -> str:
+    """``**0.418** [0.26, 0.58]`` for the best row, ``0.421 [0.26, 0.58] ≈`` for a row tied with it."""
+    text = format_value(metric_entry_at(document["metrics"], column.metric))
+    comparison = marks.get(column.metric)
+    if comparison is None or comparison.best is None or text == "–":
+        return text
+    if row == comparison.best:
+        value, _, interval = text.partition(" ")
+        return f"**{value}** {interval}".strip()
+    return f"{text} {TIED_MARK}" if comparison.tied[row] else text
+
+
+def row_labels(documents: Sequence[Mapping[str, Any]], sources: Sequence[Path] | None = None) -> list[str]:
+    """Each run's editor, with what tells apart runs of the same editor: the hparams hash where it differs,
+    and the run's folder (``run 2``... without folders)."""
+    editors = [str(d["config"]["editor"]) for d in documents]
+    labels = []
+    for i, (doc, editor) in enumerate(zip(documents, editors, strict=True)):
+        same = [j for j, e in enumerate(editors) if e == editor]
+        if len(same) == 1:
+            labels.append(editor)
+            continue
+        hashes = {documents[j]["config"].get("hparams_sha256") for j in same}
+        parts = [f"hparams {str(doc['config'].get('hparams_sha256'))[:8]}"] if len(hashes) > 1 else []
+        parts.append(str(sources[i]) if sources is not None else f"run {same.index(i) + 1}")
+        labels.append(f"{editor} ({', '.join(parts)})")
+    # A '|' in a folder name would split the Markdown cell.
+    return [label.replace("|", "\\|") for label in labels]
+
+
+def _table(
+    documents: Sequence[Mapping[str, Any]],
+    labels: Sequence[str],
+    columns: Sequence[Column],
+    marks: Mapping[str, BestComparison],
+    extra_headers: Sequence[str] = (),
+    extra_cells: Sequence[Sequence[str]] = (),
+) -> list[str]:
+    headers = ["editor", *(c.header for c in columns), *extra_headers]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for i, (doc, label) in enumerate(zip(documents, labels, strict=True)):
+        cells = [label, *(_cell(doc, i, c, marks) for c in columns), *(extra_cells[i] if extra_cells else ())]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def summary_table(documents: Sequence[Mapping[str, Any]], sources: Sequence[Path] | None = None) -> str:
+    """Two Markdown tables, one row per run: the headline metrics (with active chains and seconds per edit),
+    then IFR by chain length; every value with its interval, the best of each column in bold and the rows
+    that a paired bootstrap cannot tell from the best marked :data:`TIED_MARK`; a footnote says how.
+
+    ``sources`` (one path per run) tells apart runs of the same editor (:func:`row_labels`).
+    """
+    if not documents:
+        return "No runs.\n"
+    labels = row_labels(documents, sources)
+    settings = _bootstrap_settings(documents[0])
+    marks, not_compared = _best_marks(documents, (*HEADLINE_COLUMNS, *LENGTH_COLUMNS), settings)
+    extra = []
     for doc in documents:
-        m, c = doc["metrics"], doc["counts"]
-        by_length = [_cell(m["ifr_by_length"][str(n)]["value"]) for n in range(1, 6)]
-        seconds = doc["timing"]["edit_seconds"] / max(1, c["edits"])
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    doc["config"]["editor"],
-                    _cell(m["ifr"]["value"]),
-                    *by_length,
-                    _cell(m["preservation"]["value"]),
-                    _cell(m["efficacy"]["value"]),
-                    _cell(m["generalization"]["value"]),
-                    _cell(m["specificity"]["value"]),
-                    _cell(m["deep_editing_score"]["value"]),
-                    f"{c['active_chains']}/{c['chains']}",
-                    f"{seconds:.2f}",
-                ]
-            )
-            + " |"
+        c = doc["counts"]
+        extra.append(
+            [
+                f"{c['active_chains']}/{c['chains']}",
+                f"{doc['timing']['edit_seconds'] / max(1, c['edits']):.2f}",
+            ]
         )
-    first = documents[0] if documents else None
-    if first is not None:
-        cfg = first["config"]
-        lines.append("")
+    lines = _table(documents, labels, HEADLINE_COLUMNS, marks, ("active chains", "s/edit"), extra)
+    lines += ["", "IFR by chain length (chains of n steps):", ""]
+    lines += _table(documents, labels, LENGTH_COLUMNS, marks)
+
+    first = documents[0]
+    cfg = first["config"]
+    edits = first["counts"]["edits"]
+    level = round(100 * settings.level)
+    lines.append("")
+    lines.append(
+        f"Model `{cfg['model']}` ({cfg['dtype']}, {cfg['device']}), KnowGIC {first['dataset']['version']}, "
+        f"protocol `{cfg['protocol']}`, mode `{cfg['mode']}`, seed {cfg['seed']}, {edits} edits. "
+        f"Each value: point estimate [{level}% interval], a cluster bootstrap over the edits "
+        f"({settings.resamples} resamples, seed {settings.seed}; no interval where it cannot be computed, "
+        "see results.json); – : undefined."
+    )
+    if not_compared is not None:
+        lines.append(f"Rows not compared with each other: {not_compared}.")
+    else:
         lines.append(
-            f"Model `{cfg['model']}` ({cfg['dtype']}, {cfg['device']}), KnowGIC {first['dataset']['version']}, "
-            f"protocol `{cfg['protocol']}`, mode `{cfg['mode']}`, seed {cfg['seed']}."
+            f"**Bold**: the best value of the column. {TIED_MARK}: the paired {level}% interval of this row "
+            "minus the best row (both recomputed on the same resampled edits) includes 0, so these edits "
+            "cannot tell the row from the best. A value without a mark is distinguishably worse, or has no "
+            "paired interval (one edit, or the metric rests on one edit)."
         )
     return "\n".join(lines) + "\n"
 
@@ -62,7 +169,7 @@ _SHARED_SETTING = (
     ("dataset version", lambda d: f"{d['dataset']['version']} ({d['dataset']['sha256'][:12]})"),
     ("protocol", lambda d: f"{d['config']['protocol']} {d['config']['protocol_params']}"),
     ("mode", lambda d: d["config"]["mode"]),
-    ("limit", lambda d: d["config"]["limit"]),
+    ("limit", lambda d: "no limit" if d["config"]["limit"] is None else f"limit {d['config']['limit']}"),
     ("dtype", lambda d: d["config"]["dtype"]),
     ("device", lambda d: d["config"]["device"]),
     ("seed", lambda d: d["config"]["seed"]),
@@ -89,11 +196,19 @@ def results_paths(paths: Sequence[str | Path]) -> list[Path]:
     return found
 
 
+def _sweep_order(document: Mapping[str, Any], source: Path) -> tuple[int, str, str]:
+    """Rows in `knowgic sweep`'s default order (the baselines', then other editors by name), then by folder."""
+    editor = str(document["config"]["editor"])
+    rank = BASELINES.index(editor) if editor in BASELINES else len(BASELINES)
+    return rank, editor, str(source)
+
+
 def summarize(paths: Sequence[str | Path]) -> str:
     """The :func:`summary_table` of runs written separately (e.g. one sweep split over processes).
 
     Every file is verified (schema and content hash); runs must share model, dataset version, protocol,
     mode, limit, dtype, device and seed, else the table's footnote (one setting for all rows) would be false.
+    Rows are ordered as `knowgic sweep` orders them; runs of one editor are told apart by their folders.
     """
     files = results_paths(paths)
     if not files:
@@ -104,7 +219,9 @@ def summarize(paths: Sequence[str | Path]) -> str:
         if len(values) > 1:
             listed = "; ".join(f"{v} in {p}" for v, p in values.items())
             raise KnowgicError(f"runs differ in {label}, one table cannot compare them: {listed}")
-    return summary_table(documents)
+    folders = [path.parent if path.name == "results.json" else path for path in files]
+    rows = sorted(zip(documents, folders, strict=True), key=lambda pair: _sweep_order(*pair))
+    return summary_table([d for d, _ in rows], sources=[f for _, f in rows])
 
 
 def run_sweep(
