@@ -217,11 +217,14 @@ def evaluate(
     progress: bool = True,
     loaded: LoadedModel | None = None,
     log: Callable[[str], None] | None = None,
+    editor: Editor | None = None,
 ) -> EvaluationRun:
     """Run one evaluation and (when ``request.out_dir`` is set) write ``results.json`` and plots there.
 
     ``log`` gets one line per finished edit (applied, in sequential mode): the progress of a run whose
-    stderr is not a terminal, where no bar is drawn.
+    stderr is not a terminal, where no bar is drawn. ``editor``: a ready editor instance to use instead of
+    constructing ``request.editor`` (its ``hparams`` are recorded, with no source file); the runner's
+    score stage passes the editor that replays recorded deltas.
     """
     from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
     from knowgic.models.loading import load_model
@@ -244,7 +247,10 @@ def evaluate(
     if request.protocol in ("generate", "greedy"):
         overrides.setdefault("chat", loaded.is_chat)
     scorer = make_scorer(request.protocol, **overrides)
-    editor, hparams, hparams_source = make_editor(request, editor_cls, loaded)
+    if editor is None:
+        editor, hparams, hparams_source = make_editor(request, editor_cls, loaded)
+    else:
+        hparams, hparams_source = dict(editor.hparams), None
 
     with cpu_threads(loaded.model, loaded.device) as threads:
         pre, pre_cached, pre_seconds = pre_edit_scores(scorer, loaded, plan, ref.sha256, request.use_cache)
