@@ -1,0 +1,366 @@
+"""The worker: claims jobs, has an executor run them, checks and stores what comes back.
+
+The worker is trusted host code; the executor is what runs the submission (by default
+:class:`runner.containers.ContainerExecutor`: the edit stage in a sandboxed container with the
+submission's code, the score stage in the project's own image). Submitted code never runs in this
+process: there is deliberately no executor that imports a submission here.
+
+For each claimed job::
+
+    heartbeat thread: queue.heartbeat(job) every heartbeat_seconds
+    results.json = executor.execute(job, archive, workdir, log)     # JobFailure(reason) -> FAILED
+    check: results schema and content hash, and that it names the job's
+           model, protocol, mode, dataset version and case limit  # else FAILED with what differs
+    store.put_results + store.add_verified(job record, archive)    # entry id = job id: stored once
+    queue.finish(job, results sha256)
+
+SIGTERM or SIGINT stops the worker: the current job goes back to PENDING (no attempt counted) and the
+worker exits. A worker killed outright (SIGKILL, power loss) stops sending heartbeats; another worker's
+:meth:`~runner.queue.JobQueue.recover_stale` gives the job back after the grace period. When the dead
+worker had already stored the results, the next one finds the entry and finishes the job with it, so a
+result is never stored twice.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol
+
+from knowgic.errors import KnowgicError
+from runner.queue import Job, JobLost, JobQueue
+from runner.store import ResultsStore, StoreFileError, _validator, _verify_document
+
+DEFAULT_HEARTBEAT_SECONDS = 10.0
+DEFAULT_POLL_SECONDS = 5.0
+DEFAULT_GRACE_SECONDS = 120.0
+
+
+class JobFailure(Exception):
+    """The job cannot succeed as submitted; ``reason`` tells a person what to change."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class JobExecutor(Protocol):
+    """Runs one job somewhere other than this process and returns the path of its results.json."""
+
+    def execute(self, job: Job, submission_archive: Path, workdir: Path, log: Callable[[str], None]) -> Path:
+        """Raises :class:`JobFailure` with a reason when the submission fails."""
+        ...
+
+
+class WorkerStopped(BaseException):
+    """Raised in the main thread by SIGTERM/SIGINT while a job runs or the worker waits.
+
+    A BaseException, so that an executor's ``except Exception`` does not swallow it."""
+
+
+def default_executor(gpus: str) -> JobExecutor:
+    """The container executor (the only one a real worker uses); ``gpus`` is "all" or "none"."""
+    try:
+        from runner.containers import ContainerExecutor
+    except ImportError as exc:
+        raise KnowgicError(
+            f"the container executor is not available ({exc}); install knowgic[runner]"
+        ) from None
+    return ContainerExecutor(gpus=gpus)  # type: ignore[call-arg]
+
+
+def detect_gpus() -> bool:
+    """True when this host has a CUDA GPU (through torch, which the runner extras install)."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # a broken CUDA install means no GPU for the worker
+        return False
+
+
+def resolve_gpus(gpus: str) -> str:
+    """``auto`` -> ``all`` when the host has a GPU, else ``none``; ``all`` needs one."""
+    if gpus not in ("auto", "all", "none"):
+        raise KnowgicError(f"--gpus {gpus!r}: expected auto, all or none")
+    if gpus == "auto":
+        return "all" if detect_gpus() else "none"
+    if gpus == "all" and not detect_gpus():
+        raise KnowgicError("--gpus all: this host has no CUDA GPU (use --gpus none or auto)")
+    return gpus
+
+
+def device_label(gpus: str) -> str:
+    """What the job record says the job ran on: ``cuda:all`` or ``cpu``."""
+    return "cuda:all" if gpus == "all" else "cpu"
+
+
+# -- checking what the executor returned ----------------------------------------------------------------
+def check_results(path: Path, job: Job) -> dict[str, Any]:
+    """The results document at ``path`` when it is valid and is the run the job asked for.
+
+    Raises :class:`JobFailure` naming the first problem.
+    """
+    import json
+
+    try:
+        document = json.loads(Path(path).read_bytes())
+    except FileNotFoundError:
+        raise JobFailure(f"the run wrote no results file ({path} is missing)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise JobFailure(f"the results file is not readable JSON: {exc}") from None
+    try:
+        _verify_document(document, "results.json", _validator())
+    except StoreFileError as exc:
+        raise JobFailure(f"the results are not valid: {exc}") from None
+    config, dataset = document["config"], document["dataset"]
+    expected = {
+        "config.model": (config.get("model"), job.model),
+        "config.protocol": (config.get("protocol"), job.protocol),
+        "config.mode": (config.get("mode"), job.mode),
+        "dataset.version": (dataset.get("version"), job.dataset_version),
+        "config.limit": (config.get("limit"), job.limit),
+    }
+    for field, (found, wanted) in expected.items():
+        if found != wanted:
+            raise JobFailure(
+                f"the results are for another run: {field} is {found!r}, the job asked for {wanted!r}"
+            )
+    return document
+
+
+# -- the heartbeat ----------------------------------------------------------------------------------------
+class _Heartbeat:
+    """Sends heartbeats from a thread; remembers when the job was taken away (cancelled or recovered)."""
+
+    def __init__(self, queue: JobQueue, job: Job, worker_id: str, every: float, log: Callable[[str], None]):
+        self.queue, self.job, self.worker_id, self.every, self.log = queue, job, worker_id, every, log
+        self.lost: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job.job_id}", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self.queue.heartbeat(self.job.job_id, self.worker_id)
+            except JobLost as exc:
+                self.lost = str(exc)
+                return
+            except Exception as exc:  # a database hiccup: try again at the next beat
+                print(f"[{self.worker_id}] heartbeat failed: {exc}", file=sys.stderr)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=max(5.0, self.every * 2))
+
+
+# -- signals ----------------------------------------------------------------------------------------------
+@dataclass
+class _StopFlag:
+    requested: bool = False
+    interruptible: bool = False  # raise WorkerStopped now (executing or waiting) rather than at the next step
+
+
+@contextmanager
+def _stop_signals(flag: _StopFlag, install: bool) -> Iterator[None]:
+    if not install or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        flag.requested = True
+        if flag.interruptible:
+            flag.interruptible = False
+            raise WorkerStopped(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextmanager
+def _interruptible(flag: _StopFlag) -> Iterator[None]:
+    if flag.requested:
+        raise WorkerStopped("stop requested")
+    flag.interruptible = True
+    try:
+        yield
+    finally:
+        flag.interruptible = False
+
+
+# -- the loop ---------------------------------------------------------------------------------------------
+def _existing_entry_sha(store: ResultsStore, job: Job, log: Callable[[str], None]) -> str | None:
+    """The results sha256 of a verified entry already stored for this job (a previous attempt stored it
+    and then died before finishing), or None."""
+    path = store.entry_path(job.job_id)
+    if not path.exists():
+        return None
+    try:
+        entry = store.load_entry(path)
+    except StoreFileError as exc:
+        raise JobFailure(f"the store holds a damaged entry for this job: {exc}") from None
+    check_results(entry.results_file, job)
+    log(f"[worker] results of an earlier attempt are already stored ({entry.results_sha256[:12]}…)\n")
+    return entry.results_sha256
+
+
+def _store(store: ResultsStore, job: Job, results: Path, archive: Path, log: Callable[[str], None]) -> str:
+    try:
+        return store.add_verified(
+            results, archive_path=archive, manifest=job.manifest or {}, job=job.record()
+        ).results_sha256
+    except KnowgicError:
+        # Another attempt of this job stored its results first (this worker was thought dead): keep those.
+        existing = _existing_entry_sha(store, job, log)
+        if existing is None:
+            raise
+        return existing
+
+
+def run_job(
+    queue: JobQueue,
+    store: ResultsStore,
+    executor: JobExecutor,
+    job: Job,
+    *,
+    worker_id: str,
+    heartbeat_seconds: float,
+    workdir_root: Path | None,
+    flag: _StopFlag,
+    keep_workdir: bool = False,
+) -> Job:
+    """Run one claimed job to FINISHED or FAILED (or back to PENDING when the worker is stopped)."""
+
+    def log(text: str) -> None:
+        try:
+            queue.append_log(job.job_id, text if text.endswith("\n") else text + "\n")
+        except KnowgicError as exc:
+            print(f"[{worker_id}] cannot write the log of {job.job_id}: {exc}", file=sys.stderr)
+
+    log(
+        f"[worker] {worker_id} runs attempt {job.attempts + 1} of {job.max_attempts} on {job.device or 'cpu'}"
+    )
+    workdir = Path(tempfile.mkdtemp(prefix=f"knowgic-{job.job_id}-", dir=workdir_root))
+    heartbeat = _Heartbeat(queue, job, worker_id, heartbeat_seconds, log)
+    try:
+        with heartbeat:
+            try:
+                sha = _existing_entry_sha(store, job, log)
+                if sha is None:
+                    archive = store.submission_path(job.submission_sha256)
+                    if archive is None:
+                        raise JobFailure(
+                            f"the submission archive {job.submission_sha256[:12]}… is missing from the store "
+                            f"{store.root}: submit it again"
+                        )
+                    started = time.monotonic()
+                    with _interruptible(flag):
+                        results = executor.execute(job, archive, workdir, log)
+                    log(f"[worker] the run took {time.monotonic() - started:.1f} s")
+                    if heartbeat.lost:
+                        log(f"[worker] results discarded: {heartbeat.lost}")
+                        return queue.get(job.job_id)
+                    check_results(results, job)
+                    sha = _store(store, job, results, archive, log)
+                    log(f"[worker] results stored: {sha}")
+                return queue.finish(job.job_id, worker_id, sha)
+            except JobFailure as failure:
+                log(f"[worker] failed: {failure.reason}")
+                return queue.fail(job.job_id, worker_id, failure.reason)
+            except WorkerStopped as stop:
+                log(f"[worker] stopped by {stop}")
+                queue.release(job.job_id, worker_id, f"worker stopped by {stop}")
+                raise
+            except JobLost as lost:
+                log(f"[worker] {lost}")
+                return queue.get(job.job_id)
+            except Exception as exc:  # a fault of this host, recorded on the job
+                log(traceback.format_exc())
+                reason = f"the worker failed while handling the job: {type(exc).__name__}: {exc}"
+                try:
+                    return queue.fail(job.job_id, worker_id, reason)
+                except JobLost:
+                    return queue.get(job.job_id)
+    finally:
+        if not keep_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_worker(
+    queue: JobQueue,
+    store: ResultsStore,
+    executor: JobExecutor,
+    *,
+    worker_id: str,
+    once: bool = False,
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
+    poll_seconds: float = DEFAULT_POLL_SECONDS,
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    device: str | None = None,
+    workdir_root: Path | None = None,
+    max_jobs: int | None = None,
+    install_signal_handlers: bool = True,
+    report: Callable[[str], None] = print,
+) -> int:
+    """Claim and run jobs until stopped; return how many jobs this worker ran.
+
+    ``once``: run at most one job, and return at once when none is PENDING. ``grace_seconds``: how long a
+    RUNNING job may go without a heartbeat before it is recovered (keep it several heartbeats long).
+    """
+    if grace_seconds <= heartbeat_seconds:
+        raise KnowgicError(
+            f"grace period {grace_seconds:g} s must be longer than the heartbeat interval {heartbeat_seconds:g} s"
+        )
+    flag = _StopFlag()
+    handled = 0
+    with _stop_signals(flag, install_signal_handlers):
+        try:
+            while not flag.requested:
+                for recovered in queue.recover_stale(grace_seconds):
+                    report(
+                        f"recovered {recovered.job_id}: now {recovered.state} (attempt {recovered.attempts})"
+                    )
+                job = queue.claim(worker_id, device=device)
+                if job is None:
+                    if once:
+                        break
+                    with _interruptible(flag):
+                        time.sleep(poll_seconds)
+                    continue
+                report(f"running {job.job_id} ({job.model}, {job.protocol}, {job.mode}) on {device or 'cpu'}")
+                done = run_job(
+                    queue,
+                    store,
+                    executor,
+                    job,
+                    worker_id=worker_id,
+                    heartbeat_seconds=heartbeat_seconds,
+                    workdir_root=workdir_root,
+                    flag=flag,
+                )
+                handled += 1
+                detail = f": {done.reason}" if done.reason else ""
+                report(f"{done.job_id}: {done.state}{detail}")
+                if once or (max_jobs is not None and handled >= max_jobs):
+                    break
+        except WorkerStopped as stop:
+            report(f"worker {worker_id} stopped ({stop}); its job, if any, is PENDING again")
+    return handled
