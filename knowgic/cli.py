@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "knowgic.models.commands",  # models list, build-tiny
     "knowgic.evaluation.commands",  # evaluate, bench
     "runner.store_commands",  # store add, store list
+    "runner.commands",  # runner submit, worker, status, logs, requeue, cancel
 )
 
 
