@@ -20,7 +20,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from jsonschema.exceptions import ValidationError
 
 from knowgic.dataset.checks import Finding, check_aliases, check_chains
@@ -40,6 +39,7 @@ from knowgic.dataset.io import (
 )
 from knowgic.dataset.schemas import CONFIG_SCHEMAS, validator, yaml_features
 from knowgic.errors import KnowgicError
+from knowgic.yamlfile import YamlError, parse_yaml
 
 ALIAS_FILE_NAMES = ("aliases.json", "attributes_with_aliases.json")
 MAX_ERRORS_TEXT = 25
@@ -442,19 +442,10 @@ def read_card(folder: Path) -> dict[str, Any]:
     match = _FRONT_MATTER.match(read_text(card))
     if match is None:
         raise UnreadableInput(f"{card}: no YAML metadata block (--- ... ---) at the top of the card")
-    try:
-        meta = yaml.safe_load(match.group(1))
-    except yaml.YAMLError as exc:
-        raise UnreadableInput(
-            f"{card}: the YAML metadata is not valid YAML ({' '.join(str(exc).split())})"
-        ) from None
-    except RecursionError:
-        raise UnreadableInput(f"{card}: the YAML metadata is nested too deeply to read") from None
-    except Exception as exc:  # PyYAML's constructors raise plain errors on values such as 2020-02-30
-        detail = " ".join(str(exc).split())
-        raise UnreadableInput(
-            f"{card}: the YAML metadata cannot be read ({type(exc).__name__}: {detail})"
-        ) from None
+    try:  # the metadata starts on the card's second line
+        meta = parse_yaml(match.group(1), f"{card}: the YAML metadata", line_offset=1)
+    except YamlError as exc:
+        raise UnreadableInput(str(exc)) from None
     if not isinstance(meta, dict):
         raise UnreadableInput(f"{card}: the YAML metadata must be a mapping")
     return meta

@@ -17,12 +17,11 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from knowgic.dataset.io import canonical_json, path_inside, read_json, read_rows, sha256_text
 from knowgic.dataset.schemas import CONFIG_SCHEMAS
 from knowgic.errors import KnowgicError
 from knowgic.paths import PACKAGE_DIR, spec_dir
+from knowgic.yamlfile import read_yaml
 
 if TYPE_CHECKING:
     import datasets
@@ -46,10 +45,7 @@ def parse_semver(version: str) -> tuple[int, int, int]:
 @cache
 def _spec_versions() -> dict[str, dict[str, Any]]:
     path = spec_dir() / "benchmark.yaml"
-    try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise KnowgicError(f"cannot read the benchmark spec {path}: {exc}") from None
+    spec = read_yaml(path, "the benchmark spec")
     versions = (spec or {}).get("dataset", {}).get("versions") or {}
     if not isinstance(versions, dict):
         raise KnowgicError(f"{path}: dataset.versions must be a mapping of version -> details")

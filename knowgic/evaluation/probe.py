@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.plan import QUESTION_CLOZE, QueryMaker, question_form
 from knowgic.records import Case, EditRequest, Fact
 from knowgic.scoring.base import Query
+from knowgic.yamlfile import read_yaml
 
 
 @dataclass(frozen=True)
@@ -50,12 +49,7 @@ def parse_fact(text: str, where: str) -> Fact:
 
 def read_facts_file(path: Path) -> list[Fact]:
     """A YAML (or JSON) list of ``{prompt, subject, answer}`` mappings."""
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise KnowgicError(f"facts file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise KnowgicError(f"cannot read facts file {path}: {exc}") from None
+    raw = read_yaml(path, "facts file")
     if not isinstance(raw, list):
         raise KnowgicError(f"{path}: expected a list of {{prompt, subject, answer}} mappings")
     facts = []

@@ -6,10 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from knowgic.errors import KnowgicError
 from knowgic.paths import spec_dir
+from knowgic.yamlfile import read_yaml
 
 
 @dataclass(frozen=True)
@@ -23,10 +22,7 @@ class ProtocolSpec:
 def read_benchmark_spec(path: Path | None = None) -> tuple[dict[str, Any], Path]:
     """The parsed benchmark spec (``path`` defaults to ``spec/benchmark.yaml``) and the path it came from."""
     path = path or spec_dir() / "benchmark.yaml"
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise KnowgicError(f"cannot read the benchmark spec {path}: {exc}") from None
+    data = read_yaml(path, "the benchmark spec")
     if data is not None and not isinstance(data, dict):
         raise KnowgicError(f"{path}: the benchmark spec must be a mapping")
     return data or {}, path

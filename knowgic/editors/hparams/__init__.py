@@ -12,17 +12,20 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
+from knowgic.clip import clip
 from knowgic.errors import KnowgicError
 from knowgic.paths import spec_dir
+from knowgic.yamlfile import read_yaml
 
 HPARAMS_DIR = Path(__file__).resolve().parent
+MAX_PROBLEMS_SHOWN = 10
+"""Schema problems an error lists before it says how many more there are."""
 
 
 # Hub names of the models the shipped files were written for -> the file key they use. The papers' values
@@ -54,16 +57,7 @@ def schema_for(method: str, editor_schema: Mapping[str, Any] | None = None) -> M
 
 
 def read_hparams_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise KnowgicError(f"hparams file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KnowgicError(f"cannot read hparams file {path}: {exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise KnowgicError(f"hparams file {path} is not valid YAML: {exc}".replace("\n", " ")) from None
+    data = read_yaml(path, "hparams file")
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -73,19 +67,57 @@ def read_hparams_file(path: Path) -> dict[str, Any]:
     return data
 
 
+def _listed(problems: list[str]) -> str:
+    """``problems`` joined into one line, at most :data:`MAX_PROBLEMS_SHOWN` of them, each clipped."""
+    shown = "; ".join(clip(p) for p in problems[:MAX_PROBLEMS_SHOWN])
+    rest = len(problems) - MAX_PROBLEMS_SHOWN
+    return shown + (f"; and {rest} more" if rest > 0 else "")
+
+
+def hparams_problems(
+    hparams: Mapping[str, Any], method: str, editor_schema: Mapping[str, Any] | None = None
+) -> list[str]:
+    """Every way ``hparams`` breaks the method's schema, as ``"<JSON pointer>: <message>"``, in key order."""
+    schema = schema_for(method, editor_schema)
+    if schema is None:
+        return []
+    validator = jsonschema.Draft202012Validator(schema)
+    problems: list[tuple[list[str], str]] = []
+    for error in validator.iter_errors(dict(hparams)):
+        path = [str(p) for p in error.absolute_path]
+        if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
+            # jsonschema reports all unknown keys of a mapping as one error; one per key, each with its
+            # own pointer and the closest known key, says what to fix.
+            known = [str(k) for k in error.schema.get("properties", {})]
+            for key in (str(k) for k in error.instance if k not in known):
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                problems.append(([*path, key], f"unknown key{hint}"))
+            continue
+        problems.append((path, error.message))
+    order = {str(k): i for i, k in enumerate(hparams)}  # the file's order; problems of the whole first
+
+    def position(problem: tuple[list[str], str]) -> tuple[int, list[str]]:
+        path = problem[0]
+        return (order.get(path[0], len(order)) if path else -1, path)
+
+    return [f"{_pointer(path)}: {message}" for path, message in sorted(problems, key=position)]
+
+
+def _pointer(path: Iterable[Any]) -> str:
+    """The JSON pointer (RFC 6901) of a path; ``/`` for the document itself."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path) or "/"
+
+
 def validate_hparams(
     hparams: Mapping[str, Any], method: str, where: str, editor_schema: Mapping[str, Any] | None = None
 ) -> None:
-    schema = schema_for(method, editor_schema)
-    if schema is None:
-        return
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(dict(hparams)), key=lambda e: list(e.absolute_path))
-    if errors:
-        first = errors[0]
-        pointer = "/" + "/".join(str(p) for p in first.absolute_path)
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise KnowgicError(f"hparams {where} at {pointer}: {first.message}{more}")
+    """Raise one line listing every schema problem of ``hparams`` (up to a cap), each with its pointer."""
+    problems = hparams_problems(hparams, method, editor_schema)
+    if len(problems) == 1:
+        raise KnowgicError(f"hparams {where} at {clip(problems[0])}")
+    if problems:
+        raise KnowgicError(f"hparams {where} has {len(problems)} problems: {_listed(problems)}")
 
 
 def check_editor_hparams(
@@ -98,13 +130,18 @@ def check_editor_hparams(
         return
     known = [str(k) for k in schema.get("properties", {})]
     if schema.get("additionalProperties") is False:
-        unknown = [k for k in hparams if k not in known]
-        if unknown:
-            key = str(unknown[0])
+        unknown = [str(k) for k in hparams if k not in known]
+        if len(unknown) == 1:
+            key = unknown[0]
             close = difflib.get_close_matches(key, known, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(sorted(known))}"
-            more = f" (and {len(unknown) - 1} more unknown)" if len(unknown) > 1 else ""
-            raise KnowgicError(f"hparams {where}: unknown key {key!r}{more}; {hint}")
+            raise KnowgicError(f"hparams {where}: unknown key {clip(key, 80)!r}; {hint}")
+        if unknown:
+            named = []
+            for key in unknown:
+                close = difflib.get_close_matches(key, known, n=1)
+                named.append(f"{clip(key, 80)!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise KnowgicError(f"hparams {where}: {len(unknown)} unknown keys: {_listed(named)}")
     validate_hparams(hparams, method, where, editor_schema)
 
 

@@ -1,0 +1,120 @@
+"""Errors in what a user writes in YAML: every schema problem of an hparams file, and broken YAML as one
+line with its line and column, wherever the project reads YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from knowgic.cli import main
+from knowgic.editors.hparams import MAX_PROBLEMS_SHOWN
+from knowgic.yamlfile import YamlError, parse_yaml
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    return code, captured.out, captured.err
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_three_schema_problems_are_all_shown_with_their_pointers(capsys, tmp_path: Path) -> None:
+    hparams = tmp_path / "rome.yaml"
+    hparams.write_text('layers: "five"\nv_lr: -1\nv_num_grad_steps: "x"\n', encoding="utf-8")
+    code, _, err = run(
+        capsys, "evaluate", "--model", "knowgic-tiny", "--editor", "rome", "--hparams", str(hparams)
+    )
+    line = _one_error_line(err)
+    assert code == 2
+    assert f"hparams {hparams} has 3 problems: " in line
+    for pointer in ("/layers: 'five' is not of type 'array'", "/v_lr: -1", "/v_num_grad_steps: 'x'"):
+        assert pointer in line
+    assert "more" not in line
+
+
+def test_many_schema_problems_are_capped(capsys, tmp_path: Path) -> None:
+    hparams = tmp_path / "ft.yaml"
+    # Unknown keys (one problem each) and the missing required 'layers': more problems than the cap.
+    keys = [f"extra_{i}" for i in range(MAX_PROBLEMS_SHOWN + 5)]
+    hparams.write_text("".join(f"{k}: 1\n" for k in keys), encoding="utf-8")
+    code, _, err = run(
+        capsys, "evaluate", "--model", "knowgic-tiny", "--editor", "ft", "--hparams", str(hparams)
+    )
+    line = _one_error_line(err)
+    assert code == 2
+    assert f"has {len(keys) + 1} problems: /: 'layers' is a required property; /extra_0: unknown key;" in line
+    assert line.count("/extra_") == MAX_PROBLEMS_SHOWN - 1
+    assert line.endswith("; and 6 more")
+
+
+def test_a_huge_value_in_hparams_is_quoted_briefly(capsys, tmp_path: Path) -> None:
+    hparams = tmp_path / "rome.yaml"
+    hparams.write_text(f"layers: {'x' * 1_000_000}\nv_lr: -1\n", encoding="utf-8")
+    code, _, err = run(
+        capsys, "evaluate", "--model", "knowgic-tiny", "--editor", "rome", "--hparams", str(hparams)
+    )
+    assert code == 2 and len(err) < 2000
+    assert "/layers: 'xxx" in err and "chars]" in err and "/v_lr: -1" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "position", "problem"),
+    [
+        ("layers: [5, 6\nv_lr: 0.5\n", "line 2, column 5", "expected ',' or ']', but got ':'"),
+        ("v_lr: 0.5\n  layers: [5]\n", "line 2, column 9", "mapping values are not allowed here"),
+        ('v_lr: "0.5\n', "line 2, column 1", "found unexpected end of stream"),
+        ("v_lr: 0.5\nlayers:\t\x07\n", "line 2, column 9", "special characters are not allowed"),
+    ],
+)
+def test_malformed_hparams_yaml_gives_line_and_column(
+    capsys, tmp_path: Path, text: str, position: str, problem: str
+) -> None:
+    hparams = tmp_path / "rome.yaml"
+    hparams.write_text(text, encoding="utf-8")
+    code, _, err = run(
+        capsys, "evaluate", "--model", "knowgic-tiny", "--editor", "rome", "--hparams", str(hparams)
+    )
+    line = _one_error_line(err)
+    assert code == 2
+    assert line.startswith(f"error: hparams file {hparams} is not valid YAML: {position}: {problem}")
+
+
+def test_malformed_facts_file_yaml_gives_line_and_column(capsys, tmp_path: Path) -> None:
+    facts = tmp_path / "facts.yaml"
+    facts.write_text("- prompt: '{} is in'\n  subject: X\n answer: Y\n", encoding="utf-8")
+    code, _, err = run(
+        capsys, "probe", "--editor", "none", "--subject", "Harry Potter", "--facts-file", str(facts)
+    )
+    line = _one_error_line(err)
+    assert code == 2
+    assert line.startswith(f"error: facts file {facts} is not valid YAML: line 3, column 2: ")
+
+
+def test_broken_card_metadata_counts_lines_of_the_card(capsys, tmp_path: Path) -> None:
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / "README.md").write_text("---\nconfigs:\n  - [a\n---\n", encoding="utf-8")
+    code, out, _ = run(capsys, "validate", str(folder))
+    assert code == 1
+    assert f"{folder / 'README.md'}: the YAML metadata is not valid YAML: line 3, column 7: " in out
+
+
+def test_parse_yaml_errors_are_one_bounded_line() -> None:
+    with pytest.raises(YamlError) as info:
+        parse_yaml("key: [" + "'" + "x" * 100_000 + "\n", "a file")
+    message = str(info.value)
+    assert (
+        "\n" not in message and len(message) < 400 and message.startswith("a file is not valid YAML: line ")
+    )
+    with pytest.raises(YamlError, match=r"^a file cannot be read \(ValueError: day is out of range"):
+        parse_yaml("created: 2020-02-30\n", "a file")
+    with pytest.raises(YamlError, match=r"^a file is nested too deeply to read$"):
+        parse_yaml("[" * 5000 + "]" * 5000, "a file")
