@@ -29,7 +29,6 @@ import stat
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Any
@@ -483,11 +482,10 @@ def _check_manifest(manifest: dict[str, Any], root: Path, shown: str) -> dict[st
 
 
 # -- the normalised archive -----------------------------------------------------------------------------
-def _walk_files(root: Path) -> Iterator[Path]:
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            yield Path(dirpath) / name
+def _walk_files(root: Path) -> list[Path]:
+    """Every file under ``root``, sorted by its relative POSIX path."""
+    files = [Path(dirpath) / name for dirpath, _, filenames in os.walk(root) for name in filenames]
+    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 
 def write_normalised_archive(root: Path, target: Path) -> str:
