@@ -66,7 +66,7 @@ def test_results_document(identity_run) -> None:
     assert {"case_id", "edit_id", "length", "active", "r_pre", "r_post", "known_post"} == set(
         doc["chains"][0]
     )
-    assert doc["schema_version"] == "1.1" and doc["uncertainty"]["resamples"] == 2000
+    assert doc["schema_version"] == "1.2" and doc["uncertainty"]["resamples"] == 2000
     assert doc["environment"]["bitwise_reproducible"] is True  # a CPU run
     # Unedited, every active chain is still known step by step: all are still recoverable.
     assert doc["counts"]["recoverable_chains"] == doc["counts"]["active_chains"]

@@ -25,9 +25,10 @@ import jsonschema
 from knowgic.errors import KnowgicError
 from knowgic.paths import spec_dir
 
-RESULTS_SCHEMA_VERSION = "1.1"
-READABLE_SCHEMA_VERSIONS = ("1.0", "1.1")
-"""Versions this package reads: 1.0 documents carry no intervals and no per-edit sufficient statistics."""
+RESULTS_SCHEMA_VERSION = "1.2"
+READABLE_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2")
+"""Versions this package reads: 1.0 documents carry no intervals and no per-edit sufficient statistics; 1.2
+adds the optional ``submission`` and ``runner`` objects of runner jobs."""
 _PACKAGES = (
     "knowgic",
     "torch",
