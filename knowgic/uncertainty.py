@@ -325,6 +325,17 @@ def _interval(samples: np.ndarray, level: float, edits_defined: int) -> Interval
     return Interval(low, high, int(defined.size))
 
 
+def ratio_interval(ratio: Ratio, settings: BootstrapSettings | None = None) -> Interval:
+    r"""The cluster-bootstrap interval of one ratio metric :math:`\sum_e a_e / \sum_e b_e` from its per-edit
+    sums: the building block of :func:`metric_intervals`, for metrics computed outside a results file."""
+    settings = settings or BootstrapSettings()
+    n_edits = ratio.numerator.shape[0]
+    if n_edits < 2:
+        return Interval(None, None, 0, "a bootstrap over edits needs at least two")
+    samples = _resampled_ratio(resample_counts(n_edits, settings.resamples, settings.seed), ratio)
+    return _interval(samples, settings.level, ratio.edits_defined)
+
+
 def metric_entry_at(metrics: Mapping[str, Any], path: str) -> Mapping[str, Any]:
     """The entry of ``metrics`` at ``path`` (``"ifr"`` or ``"ifr_by_length.2"``)."""
     head, _, tail = path.partition(".")

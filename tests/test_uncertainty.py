@@ -1,0 +1,235 @@
+"""The cluster bootstrap of :mod:`knowgic.uncertainty`: on synthetic data against the textbook answers, and on
+real ``knowgic evaluate`` runs against an independent recomputation from the records of ``results.json``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from knowgic.cli import main
+from knowgic.uncertainty import (
+    INTERVAL_METRICS,
+    BootstrapSettings,
+    Ratio,
+    compare_results,
+    metric_entry_at,
+    ratio_interval,
+)
+
+
+def _evaluate(out: Path, *args: str) -> dict[str, Any]:
+    assert main(["evaluate", "--model", "knowgic-tiny", *args, "--out", str(out)]) == 0
+    return json.loads((out / "results.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def rome_run(knowgic_tiny, tmp_path_factory) -> dict[str, Any]:
+    return _evaluate(tmp_path_factory.mktemp("rome"), "--editor", "rome", "--limit", "6")
+
+
+@pytest.fixture(scope="module")
+def none_run(knowgic_tiny, tmp_path_factory) -> dict[str, Any]:
+    return _evaluate(tmp_path_factory.mktemp("none"), "--editor", "none", "--limit", "6")
+
+
+# --- synthetic data -------------------------------------------------------------------------------------
+
+
+def test_interval_of_a_mean_matches_the_normal_approximation() -> None:
+    values = np.random.default_rng(7).normal(0.4, 0.15, size=300)
+    interval = ratio_interval(Ratio(values, np.ones_like(values)))
+    assert interval.low is not None and interval.high is not None
+    # Normal approximation: mean +- z * s / sqrt(E), s the plug-in standard deviation the bootstrap samples.
+    half = 1.959964 * values.std() / math.sqrt(values.size)
+    low, high = values.mean() - half, values.mean() + half
+    width = high - low
+    assert abs(interval.low - low) < 0.1 * width
+    assert abs(interval.high - high) < 0.1 * width
+    assert interval.resamples_defined == 2000
+
+
+def _chain_level_interval(values: np.ndarray, resamples: int, level: float, seed: int) -> tuple[float, float]:
+    """The naive bootstrap: chains resampled one by one, as if independent."""
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, values.size, size=(resamples, values.size))].mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return float(low), float(high)
+
+
+def _edits_of_chains(edit_effect_sd: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """30 edits of 40 chains each; a chain's retention = its edit's effect + its own noise, in [0, 1].
+
+    ``edit_effect_sd`` > 0 makes the chains of an edit correlated (they share the edited model)."""
+    rng = np.random.default_rng(seed)
+    effects = rng.normal(0.5, edit_effect_sd, size=30)
+    chains = np.clip(effects[:, None] + rng.normal(0.0, 0.05, size=(30, 40)), 0.0, 1.0)
+    return chains, np.repeat(np.arange(30), 40)
+
+
+def _widths(chains: np.ndarray) -> tuple[float, float]:
+    settings = BootstrapSettings()
+    cluster = ratio_interval(Ratio(chains.sum(axis=1), np.full(chains.shape[0], chains.shape[1])), settings)
+    assert cluster.low is not None and cluster.high is not None
+    naive_low, naive_high = _chain_level_interval(chains.ravel(), settings.resamples, settings.level, 1)
+    return cluster.high - cluster.low, naive_high - naive_low
+
+
+def test_cluster_bootstrap_is_wider_than_a_chain_level_one_when_an_edits_chains_are_correlated() -> None:
+    chains, _ = _edits_of_chains(edit_effect_sd=0.2, seed=3)
+    cluster, naive = _widths(chains)
+    # Design effect 1 + (m - 1) * ICC with m = 40 chains and ICC ~ 0.94: the honest interval is ~6x wider.
+    assert cluster > 3.0 * naive
+    # Without the shared edit effect both bootstraps agree: the cluster one is not just always wider.
+    independent, _ = _edits_of_chains(edit_effect_sd=0.0, seed=3)
+    cluster, naive = _widths(independent)
+    assert 0.75 * naive < cluster < 1.35 * naive
+
+
+def test_an_interval_needs_two_contributing_edits() -> None:
+    one = ratio_interval(Ratio(np.array([0.3, 0.0, 0.0]), np.array([1.0, 0.0, 0.0])))
+    assert one.low is None and one.reason is not None and "one edit" in one.reason
+    single = ratio_interval(Ratio(np.array([0.3]), np.array([1.0])))
+    assert single.low is None and single.reason is not None
+
+
+# --- real runs --------------------------------------------------------------------------------------------
+
+
+def test_the_none_editors_intervals_are_degenerate_where_the_metric_is_constant(none_run) -> None:
+    m = none_run["metrics"]
+    # Unedited, no edit's new target wins and every known neighbour keeps its answer: constants.
+    for name, value in (
+        ("efficacy", 0.0),
+        ("generalization", 0.0),
+        ("specificity", 1.0),
+        ("deep_editing_score", 0.0),
+    ):
+        assert m[name]["value"] == value
+        assert m[name]["interval"] == [value, value], name
+    # Every other metric whose per-edit values are all equal has a point interval too.
+    per_edit = none_run["per_edit"]
+    for name in ("ifr", "preservation"):
+        values = {r[name] for r in per_edit if r[name] is not None}
+        if len(values) == 1:
+            assert m[name]["interval"] == [m[name]["value"]] * 2
+    # ... and one that varies (the unedited model's margin for the new target) has a proper interval.
+    low, high = m["efficacy_magnitude"]["interval"]
+    assert low < m["efficacy_magnitude"]["value"] < high
+
+
+def test_comparing_a_run_with_itself_gives_zero_with_interval_zero(rome_run) -> None:
+    differences = compare_results(rome_run, rome_run)
+    assert [d.metric for d in differences] == list(INTERVAL_METRICS)
+    for d in differences:
+        if d.a is None:
+            assert d.difference is None and d.reason
+            continue
+        assert d.difference == 0.0
+        if d.low is not None:
+            assert (d.low, d.high, d.excludes_zero) == (0.0, 0.0, False), d.metric
+        else:
+            assert d.reason, d.metric
+    assert sum(d.low is not None for d in differences) >= 10
+
+
+def _per_edit_sums(doc: dict[str, Any]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Numerator and denominator of every ratio metric per edit, read straight from the records."""
+    edits = [r["edit_id"] for r in doc["per_edit"]]
+    zeros = {
+        name: (np.zeros(len(edits)), np.zeros(len(edits)))
+        for name in ("ifr", "ifr_uncapped", *(f"ifr_by_length.{n}" for n in range(1, 6)))
+    }
+    for chain in doc["chains"]:
+        if not chain["active"] or chain["r_pre"] == 0.0:
+            continue
+        e = edits.index(chain["edit_id"])
+        weight = chain["length"] ** -0.5
+        ratio = chain["r_post"] / chain["r_pre"]
+        for name, r in (
+            ("ifr", min(ratio, 1.0)),
+            ("ifr_uncapped", ratio),
+            (f"ifr_by_length.{chain['length']}", min(ratio, 1.0)),
+        ):
+            zeros[name][0][e] += weight * r
+            zeros[name][1][e] += weight
+    sums = dict(zeros)
+    records = doc["per_edit"]
+
+    def column(key: str, default: float = 0.0) -> np.ndarray:
+        return np.array([default if r[key] is None else float(r[key]) for r in records])
+
+    def defined(key: str) -> np.ndarray:
+        return np.array([0.0 if r[key] is None else 1.0 for r in records])
+
+    sums["preservation"] = (column("preservation_sum"), column("preservation_n"))
+    sums["preservation_macro"] = (column("preservation"), defined("preservation"))
+    sums["efficacy"] = (column("efficacy"), np.ones(len(records)))
+    sums["efficacy_magnitude"] = (column("p_new") - column("p_true"), np.ones(len(records)))
+    sums["generalization"] = (column("generalization"), defined("generalization"))
+    kept, known = column("specificity_kept"), column("neighbours_known")
+    sums["specificity"] = (kept, known)
+    for name, kind in (
+        ("specificity_same_relation", "same-relation"),
+        ("specificity_other_graphs", "other-graphs"),
+    ):
+        mask = np.array([r["neighbourhood"] == kind for r in records], dtype=float)
+        sums[name] = (kept * mask, known * mask)
+    return sums
+
+
+def _recomputed_intervals(doc: dict[str, Any]) -> dict[str, tuple[float, float] | None]:
+    """Every metric's interval from the records, as docs/metrics.md describes it: the same draws of edits
+    (``default_rng(seed).integers``), each resample's metric from the drawn edits, percentile interval."""
+    settings = doc["uncertainty"]
+    n = len(doc["per_edit"])
+    draws = np.random.default_rng(settings["seed"]).integers(0, n, size=(settings["resamples"], n))
+    quantiles = [(1 - settings["level"]) / 2, (1 + settings["level"]) / 2]
+    resampled: dict[str, np.ndarray] = {}
+    out: dict[str, tuple[float, float] | None] = {}
+    for name, (num, den) in _per_edit_sums(doc).items():
+        drawn_den = den[draws].sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            resampled[name] = np.where(drawn_den > 0, num[draws].sum(axis=1) / drawn_den, np.nan)
+    parts = np.stack(
+        [
+            1 - np.minimum(resampled["ifr"], 1),
+            resampled["preservation"],
+            resampled["efficacy"],
+            resampled["specificity"],
+        ]
+    )
+    with np.errstate(divide="ignore"):
+        resampled["deep_editing_score"] = np.where(
+            (parts <= 0).any(axis=0), 0.0, 4 / (1 / parts).sum(axis=0)
+        )
+    for name, samples in resampled.items():
+        kept = samples[~np.isnan(samples)]
+        if kept.size < samples.size / 2:
+            out[name] = None
+            continue
+        low, high = np.quantile(kept, quantiles)
+        out[name] = (float(low), float(high))
+    return out
+
+
+def test_recorded_intervals_are_recomputed_from_the_records(rome_run) -> None:
+    recomputed = _recomputed_intervals(rome_run)
+    checked = 0
+    for name in INTERVAL_METRICS:
+        entry = metric_entry_at(rome_run["metrics"], name)
+        if entry["interval"] is None:
+            # Null only with a reason: undefined, or resting on one edit.
+            assert entry.get("interval_reason"), name
+            continue
+        assert recomputed[name] is not None, name
+        assert entry["interval"] == pytest.approx(recomputed[name], rel=1e-9, abs=1e-12), name
+        checked += 1
+    assert checked >= 12
+    # A ROME edit moves things: the intervals are proper intervals, not points.
+    low, high = rome_run["metrics"]["ifr"]["interval"]
+    assert low < rome_run["metrics"]["ifr"]["value"] < high
