@@ -1,0 +1,468 @@
+"""The runner's images: the Docker engine, a locally made base, the runner image and each submission's edit image.
+
+Three images, each built FROM the one before::
+
+    base      a CUDA PyTorch runtime image (real GPU hosts pull it), or, where no registry is reachable,
+              a Debian bookworm made here with debootstrap (python3.11 + pip), imported with `docker import`
+    runner    the top-level Dockerfile: the package with its runner extras, pinned (docker/requirements.lock);
+              the trusted score stage runs in it and nothing of a submission ever enters it
+    edit      runner + one submission's files (/submission) and its pip requirements, tagged by the
+              submission's sha256 and the runner image's id, so a submission is built once per runner image;
+              the network is there while it is built and never while it runs (runner/sandbox.py)
+
+Builds use the engine's classic builder through the docker SDK, so the Dockerfile orders its layers for the
+cache (base, torch, pinned dependencies, then the sources): a second build of changed sources only reruns
+the last install.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tqdm import tqdm
+
+from knowgic.errors import KnowgicError
+
+if TYPE_CHECKING:
+    import docker
+    from runner.submission import Submission
+
+DEFAULT_BASE_IMAGE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+LOCAL_BASE_IMAGE = "knowgic-base:bookworm"
+RUNNER_REPOSITORY = "knowgic-runner"
+EDIT_REPOSITORY = "knowgic-edit"
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+# Packages of the local base: Python 3.11 with pip, TLS roots, and useradd for the Dockerfile's user.
+BASE_PACKAGES = ("python3", "python3-pip", "ca-certificates", "passwd")
+SUBMISSION_DIR = "/submission"
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+_LOG = Callable[[str], None]
+
+
+class DockerUnavailable(KnowgicError):
+    """The Docker engine cannot be reached or started."""
+
+
+class ImageBuildError(KnowgicError):
+    """An image build failed; the message ends with the build's last output lines."""
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def knowgic_version() -> str:
+    from knowgic import __version__
+
+    return __version__
+
+
+def default_runner_image() -> str:
+    """``$KNOWGIC_RUNNER_IMAGE``, else ``knowgic-runner:<package version>``."""
+    return os.environ.get("KNOWGIC_RUNNER_IMAGE") or f"{RUNNER_REPOSITORY}:{knowgic_version()}"
+
+
+def _docker_module() -> Any:
+    try:
+        import docker
+    except ImportError as error:  # the runner extra is not installed
+        raise DockerUnavailable("the docker SDK is not installed: pip install 'knowgic[runner]'") from error
+    return docker
+
+
+def ensure_docker(*, start: bool = True, timeout: float = 90.0, log: _LOG = _quiet) -> docker.DockerClient:
+    """A client of a running Docker engine; starts ``dockerd`` in the background when none answers.
+
+    Starting needs root and ``dockerd`` on PATH (Debian's docker.io); its log goes to a temporary file
+    whose path is in the error message when the engine does not come up within ``timeout`` seconds.
+    """
+    docker = _docker_module()
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+        return client
+    except Exception as first_error:
+        reason = str(first_error).splitlines()[0][:200]
+        dockerd = shutil.which("dockerd")
+        if not start or dockerd is None or os.geteuid() != 0:
+            how = "start it (`sudo dockerd &` or `sudo systemctl start docker`)"
+            if dockerd is None:
+                how = "install Docker (Debian: apt-get install docker.io) and start it"
+            raise DockerUnavailable(f"cannot reach the Docker engine ({reason}): {how}") from first_error
+    log_file = Path(tempfile.mkstemp(prefix="dockerd-", suffix=".log")[1])
+    log(f"starting dockerd (log: {log_file})")
+    with log_file.open("ab") as handle:
+        subprocess.Popen(
+            [dockerd],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            client = docker.from_env(timeout=600)
+            client.ping()
+            return client
+        except Exception:
+            time.sleep(0.5)
+    raise DockerUnavailable(f"dockerd did not answer within {timeout:.0f} s; see its log {log_file}")
+
+
+def image_exists(client: docker.DockerClient, tag: str) -> bool:
+    docker = _docker_module()
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def image_id(client: docker.DockerClient, tag: str) -> str:
+    """The image's id (``sha256:...``)."""
+    docker = _docker_module()
+    try:
+        return str(client.images.get(tag).id)
+    except docker.errors.ImageNotFound as error:
+        raise DockerUnavailable(
+            f"no image {tag!r} in the Docker engine: build it with `docker build -t {tag} .` "
+            "at the repository root (or runner.images.build_runner_image)"
+        ) from error
+
+
+def _bar(total: int | None, desc: str, unit: str) -> tqdm:
+    return tqdm(total=total, desc=desc, unit=unit, disable=not sys.stderr.isatty(), leave=False)
+
+
+def build_local_base(
+    client: docker.DockerClient,
+    *,
+    tag: str = LOCAL_BASE_IMAGE,
+    suite: str = "bookworm",
+    mirror: str = DEBIAN_MIRROR,
+    rebuild: bool = False,
+    log: _LOG = _quiet,
+) -> str:
+    """A Debian base image with Python 3.11 and pip, made with debootstrap and ``docker import``.
+
+    For machines that reach Debian's mirror but no image registry. Skipped when ``tag`` exists (about a
+    minute otherwise). Needs root and debootstrap (Debian package ``debootstrap``).
+    """
+    if not rebuild and image_exists(client, tag):
+        return tag
+    debootstrap = shutil.which("debootstrap")
+    if debootstrap is None or os.geteuid() != 0:
+        raise DockerUnavailable(
+            "building the local base image needs root and debootstrap (apt-get install debootstrap)"
+        )
+    with tempfile.TemporaryDirectory(prefix="knowgic-base-") as scratch:
+        rootfs = Path(scratch) / "rootfs"
+        command = [
+            debootstrap,
+            "--variant=minbase",
+            f"--include={','.join(BASE_PACKAGES)}",
+            suite,
+            str(rootfs),
+            mirror,
+        ]
+        log(f"debootstrap {suite} from {mirror}")
+        tail: list[str] = []
+        with _bar(None, f"debootstrap {suite}", "step") as bar:
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            assert process.stdout is not None
+            for line in process.stdout:
+                tail = [*tail[-19:], line.rstrip()]
+                if line.startswith("I: "):
+                    bar.update(1)
+                    bar.set_postfix_str(line[3:60].strip())
+            code = process.wait()
+        if code != 0:
+            raise ImageBuildError(f"debootstrap failed (exit {code}): " + " | ".join(tail[-5:]))
+        # Package caches and lists are of no use in an image.
+        for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for path in (rootfs / leftover).glob("*"):
+                if path.is_file():
+                    path.unlink()
+        archive = Path(scratch) / "rootfs.tar"
+        subprocess.run(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(archive), "."], check=True)
+        repository, _, version = tag.partition(":")
+        log(f"docker import {tag}")
+        client.api.import_image_from_file(
+            str(archive),
+            repository=repository,
+            tag=version or "latest",
+            changes=[
+                "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8",
+                'CMD ["python3"]',
+                f"LABEL org.knowgic.base=debootstrap-{suite}",
+            ],
+        )
+    return tag
+
+
+def find_torch_wheel(dest: Path, version: str | None = None) -> Path:
+    """A torch wheel of ``version`` (default: the installed torch's release) for an image without torch.
+
+    ``$KNOWGIC_TORCH_WHEEL`` names one directly; otherwise ``pip download torch==VERSION --no-deps`` with
+    the host's pip configuration, which takes a local wheel when pip's find-links holds one.
+    """
+    named = os.environ.get("KNOWGIC_TORCH_WHEEL")
+    if named:
+        path = Path(named)
+        if not path.is_file():
+            raise ImageBuildError(f"KNOWGIC_TORCH_WHEEL={named}: no such file")
+        return path
+    if version is None:
+        import torch
+
+        version = torch.__version__.split("+")[0]
+    dest.mkdir(parents=True, exist_ok=True)
+    existing = sorted(dest.glob(f"torch-{version}[+-]*.whl"))
+    if existing:
+        return existing[0]
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", f"torch=={version}", "--no-deps", "-d", str(dest)],
+        capture_output=True,
+        text=True,
+    )
+    found = sorted(dest.glob(f"torch-{version}[+-]*.whl"))
+    if done.returncode != 0 or not found:
+        last = (done.stderr.strip().splitlines() or ["no wheel"])[-1]
+        raise ImageBuildError(f"cannot get a torch {version} wheel with pip download: {last}")
+    return found[0]
+
+
+def repository_root() -> Path:
+    """The checkout holding the top-level Dockerfile (the runner package's parent folder)."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "Dockerfile").is_file():
+        raise ImageBuildError(f"no Dockerfile in {root}: build the runner image from a source checkout")
+    return root
+
+
+def _read_dockerignore(root: Path) -> list[str]:
+    path = root / ".dockerignore"
+    if not path.is_file():
+        return []
+    lines = (line.strip() for line in path.read_text(encoding="utf-8").splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _context_archive(
+    files: Iterable[tuple[str, Path]], generated: Mapping[str, bytes], handle: io.BufferedRandom
+) -> None:
+    """A build context: ``files`` (name in the context, path here) and ``generated`` (name, bytes)."""
+    with tarfile.open(fileobj=handle, mode="w") as archive:
+        for name, path in sorted(files):
+            info = archive.gettarinfo(str(path), arcname=name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            if info.isfile():
+                with path.open("rb") as content:
+                    archive.addfile(info, content)
+            else:
+                archive.addfile(info)
+        for name, data in sorted(generated.items()):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            archive.addfile(info, io.BytesIO(data))
+    handle.seek(0)
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    """An image in the engine: its tag and id, and whether this call built it or found it."""
+
+    tag: str
+    image_id: str
+    built: bool
+    seconds: float
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def _stream_build(
+    client: docker.DockerClient,
+    context: io.BufferedRandom,
+    *,
+    tag: str,
+    buildargs: Mapping[str, str],
+    labels: Mapping[str, str] | None,
+    log: _LOG,
+    network_mode: str | None = None,
+) -> None:
+    """Run a classic build and follow it: a progress bar over its steps, step lines to ``log``."""
+    tail: list[str] = []
+    stream: Iterator[dict[str, Any]] = client.api.build(
+        fileobj=context,
+        custom_context=True,
+        tag=tag,
+        buildargs=dict(buildargs),
+        labels=dict(labels) if labels else None,
+        rm=True,
+        forcerm=True,
+        decode=True,
+        network_mode=network_mode,
+    )
+    with _bar(None, f"building {tag}", "step") as bar:
+        for chunk in stream:
+            if "error" in chunk:
+                detail = str(chunk.get("error", "")).strip()
+                lines = [line for line in tail if line.strip()][-8:]
+                raise ImageBuildError(f"building {tag} failed: {detail} | last output: " + " | ".join(lines))
+            text = str(chunk.get("stream", ""))
+            for line in text.splitlines():
+                tail = [*tail[-39:], line]
+                step = _STEP.match(line)
+                if step:
+                    bar.total = int(step.group(2))
+                    bar.n = int(step.group(1)) - 1
+                    bar.set_postfix_str(step.group(3)[:50])
+                    bar.refresh()
+                    log(f"{tag}: {line[:200]}")
+
+
+def _git_commit(root: Path) -> str:
+    try:
+        done = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    return done.stdout.strip() if done.returncode == 0 else "unknown"
+
+
+def _dataset_versions() -> str:
+    from knowgic.dataset.versions import available_versions
+
+    return ",".join(available_versions())
+
+
+def build_runner_image(
+    client: docker.DockerClient,
+    *,
+    tag: str | None = None,
+    base_image: str = DEFAULT_BASE_IMAGE,
+    root: Path | None = None,
+    torch_wheel: Path | None = None,
+    ca_bundle: Path | None = HOST_CA_BUNDLE,
+    pip_index_url: str | None = None,
+    git_commit: str | None = None,
+    log: _LOG = _quiet,
+) -> BuiltImage:
+    """Build the top-level Dockerfile FROM ``base_image``.
+
+    The context is the checkout minus .dockerignore, plus the optional build inputs under docker/extra/:
+    ``torch_wheel`` (needed when the base has no torch) and ``ca_bundle`` (pip's CA roots while building,
+    when the file exists). ``pip_index_url`` overrides the index pip uses in the build.
+    """
+    docker = _docker_module()
+    started = time.monotonic()
+    root = root or repository_root()
+    tag = tag or default_runner_image()
+    files = [
+        (name, root / name)
+        for name in docker.utils.build.exclude_paths(str(root), _read_dockerignore(root), "Dockerfile")
+    ]
+    generated: dict[str, bytes] = {}
+    if ca_bundle is not None and ca_bundle.is_file():
+        files.append(("docker/extra/ca-certificates.crt", ca_bundle))
+    if torch_wheel is not None:
+        files.append((f"docker/extra/wheels/{torch_wheel.name}", torch_wheel))
+    buildargs = {
+        "BASE_IMAGE": base_image,
+        "KNOWGIC_VERSION": knowgic_version(),
+        "DATASET_VERSIONS": _dataset_versions(),
+        "GIT_COMMIT": git_commit or _git_commit(root),
+    }
+    if pip_index_url:
+        buildargs["PIP_INDEX_URL"] = pip_index_url
+    log(f"building {tag} FROM {base_image}")
+    with tempfile.TemporaryFile(prefix="knowgic-context-") as context:
+        _context_archive(files, generated, context)  # type: ignore[arg-type]
+        _stream_build(client, context, tag=tag, buildargs=buildargs, labels=None, log=log)  # type: ignore[arg-type]
+    image = client.images.get(tag)
+    return BuiltImage(tag, str(image.id), True, time.monotonic() - started, dict(image.labels or {}))
+
+
+def edit_image_tag(runner_image_id: str, submission_sha256: str) -> str:
+    """One edit image per (submission, runner image): a new runner image rebuilds the submission's."""
+    return f"{EDIT_REPOSITORY}:{submission_sha256[:24]}-{runner_image_id.removeprefix('sha256:')[:12]}"
+
+
+def _edit_dockerfile(runner_image: str, has_requirements: bool, has_ca: bool) -> str:
+    lines = [
+        f"FROM {runner_image}",
+        "USER root",
+        f"COPY submission/ {SUBMISSION_DIR}/",
+        # Readable by the sandbox's user, writable by nobody: the running editor cannot change its own code.
+        f"RUN chown -R root:root {SUBMISSION_DIR} && chmod -R a+rX,go-w {SUBMISSION_DIR}",
+    ]
+    if has_requirements:
+        cert = "PIP_CERT=/tmp/knowgic-build/ca-certificates.crt " if has_ca else ""
+        lines += [
+            "COPY build/ /tmp/knowgic-build/",
+            f"RUN {cert}python3 -m pip install -r /tmp/knowgic-build/requirements.txt && rm -rf /tmp/knowgic-build",
+        ]
+    lines += [f"ENV PYTHONPATH={SUBMISSION_DIR}", "USER knowgic", ""]
+    return "\n".join(lines)
+
+
+def build_edit_image(
+    client: docker.DockerClient,
+    runner_image: str,
+    submission: Submission,
+    *,
+    ca_bundle: Path | None = HOST_CA_BUNDLE,
+    rebuild: bool = False,
+    log: _LOG = _quiet,
+) -> BuiltImage:
+    """The edit-stage image of ``submission``: the runner image + /submission + its pip ``requirements``.
+
+    Cached by the submission's sha256 and the runner image's id. The build has the network (to install the
+    requirements); the container that runs the editor never has (runner/sandbox.py).
+    """
+    started = time.monotonic()
+    runner_id = image_id(client, runner_image)
+    tag = edit_image_tag(runner_id, submission.sha256)
+    if not rebuild and image_exists(client, tag):
+        image = client.images.get(tag)
+        return BuiltImage(tag, str(image.id), False, time.monotonic() - started, dict(image.labels or {}))
+    manifest = submission.manifest
+    requirements = [str(item) for item in manifest.get("requirements") or []]
+    has_ca = bool(requirements) and ca_bundle is not None and ca_bundle.is_file()
+    root = Path(submission.root)
+    files = [
+        (f"submission/{path.relative_to(root).as_posix()}", path)
+        for path in sorted(root.rglob("*"))
+        if not path.is_symlink() and (path.is_file() or path.is_dir())
+    ]
+    generated = {"Dockerfile": _edit_dockerfile(runner_image, bool(requirements), has_ca).encode()}
+    if requirements:
+        generated["build/requirements.txt"] = ("\n".join(requirements) + "\n").encode()
+    if has_ca and ca_bundle is not None:
+        files.append(("build/ca-certificates.crt", ca_bundle))
+    labels = {
+        "org.knowgic.submission.sha256": submission.sha256,
+        "org.knowgic.submission.name": str(manifest.get("name", "")),
+        "org.knowgic.submission.version": str(manifest.get("version", "")),
+        "org.knowgic.runner-image": runner_id,
+    }
+    log(f"building the edit image {tag} ({len(requirements)} requirement(s))")
+    with tempfile.TemporaryFile(prefix="knowgic-edit-context-") as context:
+        _context_archive(files, generated, context)  # type: ignore[arg-type]
+        _stream_build(client, context, tag=tag, buildargs={}, labels=labels, log=log)  # type: ignore[arg-type]
+    image = client.images.get(tag)
+    return BuiltImage(tag, str(image.id), True, time.monotonic() - started, dict(image.labels or {}))

@@ -1,0 +1,257 @@
+"""The sandbox against plain hostile commands, on a real Docker engine (marker ``container``).
+
+Each case runs a short Python program in the locally made Debian base image under run_sandboxed and
+checks that it was contained (the result says why it ended) and that the host was not touched.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner.sandbox import EndReason, Mount, SandboxLimits, SandboxResult, run_sandboxed
+
+pytestmark = pytest.mark.container
+
+SMALL = SandboxLimits(memory_bytes=256 << 20, cpus=1.0, pids=64, timeout_seconds=30, log_bytes=64 * 1024)
+
+
+def _python(client: Any, image: str, program: str, **kwargs: Any) -> SandboxResult:
+    return run_sandboxed(
+        client, image, ["python3", "-c", textwrap.dedent(program)], gpus="none", **{"limits": SMALL, **kwargs}
+    )
+
+
+def _shared_dir(path: Path) -> Path:
+    """A folder the container's user may read (pytest's tmp folders are private to their owner)."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o755)
+    return path
+
+
+def test_a_plain_command_runs_non_root_without_capabilities(docker_client: Any, base_image: str) -> None:
+    result = _python(
+        docker_client,
+        base_image,
+        """
+        import os
+        status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
+        print("uid", os.getuid(), "caps", status["CapEff"].strip(), "nnp", status["NoNewPrivs"].strip())
+        """,
+    )
+    assert result.ok, result.logs
+    assert result.device == "cpu"
+    assert "uid 10001 caps 0000000000000000 nnp 1" in result.logs
+
+
+def test_network_egress_is_impossible(docker_client: Any, base_image: str) -> None:
+    result = _python(
+        docker_client,
+        base_image,
+        """
+        import socket, sys
+        print("interfaces", sorted(name for _, name in socket.if_nameindex()))
+        for host, port in (("1.1.1.1", 53), ("151.101.0.223", 443), ("172.17.0.1", 2375)):
+            try:
+                socket.create_connection((host, port), timeout=3).close()
+                print("CONNECTED", host); sys.exit(0)
+            except OSError as error:
+                print("refused", host, error.errno)
+        try:
+            socket.getaddrinfo("pypi.org", 443)
+            print("RESOLVED")
+        except OSError:
+            print("no dns")
+        sys.exit(3)
+        """,
+    )
+    assert result.reason == EndReason.EXITED and result.exit_code == 3, result.logs
+    assert "interfaces ['lo']" in result.logs
+    assert "CONNECTED" not in result.logs and "RESOLVED" not in result.logs
+
+
+def test_writes_land_only_in_the_writable_mount(docker_client: Any, base_image: str, tmp_path: Path) -> None:
+    out = _shared_dir(tmp_path / "out")
+    readonly = _shared_dir(tmp_path / "inputs")
+    (readonly / "job.json").write_text("{}")
+    (readonly / "job.json").chmod(0o644)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = _python(
+        docker_client,
+        base_image,
+        """
+        import os
+        for path in ("/etc/evil", "/usr/lib/python3/evil.py", "/inputs/job.json", "/inputs/new", "/evil", "/home/evil"):
+            try:
+                with open(path, "w") as handle:
+                    handle.write("x")
+                print("WROTE", path)
+            except OSError as error:
+                print("denied", path, error.strerror)
+        open("/tmp/scratch", "w").write("scratch is fine")
+        open("/out/result.txt", "w").write("ok")
+        """,
+        mounts=[Mount(out, "/out", writable=True), Mount(readonly, "/inputs")],
+    )
+    assert result.ok, result.logs
+    assert "WROTE" not in result.logs
+    assert result.logs.count("Read-only file system") >= 4
+    assert (out / "result.txt").read_text() == "ok"
+    assert (readonly / "job.json").read_text() == "{}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert not Path("/evil").exists()
+
+
+def test_host_files_are_out_of_reach(docker_client: Any, base_image: str, tmp_path: Path) -> None:
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("the host's secret")
+    result = _python(
+        docker_client,
+        base_image,
+        f"""
+        import glob, os
+        hits = []
+        for path in ({str(secret)!r}, "/proc/1/root{secret}", "/etc/shadow", "/var/run/docker.sock", "/root/.bashrc"):
+            try:
+                data = open(path).read()
+                hits.append((path, "host's secret" in data))
+                print("READ", path)
+            except OSError as error:
+                print("denied", path, error.strerror)
+        print("docker socket", os.path.exists("/var/run/docker.sock"))
+        print("secret visible", any(secret for _, secret in hits))
+        """,
+    )
+    assert result.ok, result.logs
+    assert "secret visible False" in result.logs
+    assert "docker socket False" in result.logs
+    assert "READ /etc/shadow" not in result.logs  # the image's own shadow file, and even that is root's only
+
+
+def test_a_fork_bomb_hits_the_pids_limit(docker_client: Any, base_image: str) -> None:
+    result = _python(
+        docker_client,
+        base_image,
+        """
+        import os, time
+        children = 0
+        while True:
+            try:
+                if os.fork() == 0:
+                    time.sleep(60)
+                    os._exit(0)
+                children += 1
+            except OSError as error:
+                print("fork refused after", children, "children:", error)
+                raise SystemExit(5)
+        """,
+    )
+    assert result.reason == EndReason.PIDS_LIMIT, (result.reason, result.logs)
+    assert result.pids_limit_hit and result.exit_code == 5
+    assert "processes" in result.describe()
+    assert "fork refused after" in result.logs
+
+
+def test_a_shell_fork_bomb_is_killed_at_the_timeout(docker_client: Any, base_image: str) -> None:
+    limits = SandboxLimits(memory_bytes=256 << 20, cpus=0.5, pids=64, timeout_seconds=8)
+    result = run_sandboxed(
+        docker_client,
+        base_image,
+        ["bash", "-c", "bomb() { bomb | bomb & }; bomb; wait"],
+        limits=limits,
+        gpus="none",
+    )
+    assert result.reason in (EndReason.TIMEOUT, EndReason.PIDS_LIMIT), (result.reason, result.logs[-500:])
+    assert result.pids_limit_hit
+    assert result.seconds < 40
+    assert _engine_is_healthy(docker_client)
+
+
+def test_a_memory_bomb_is_oom_killed(docker_client: Any, base_image: str) -> None:
+    result = _python(
+        docker_client,
+        base_image,
+        """
+        blocks = []
+        while True:
+            blocks.append(bytearray(16 << 20))
+            if len(blocks) % 8 == 0:
+                print("allocated", 16 * len(blocks), "MiB", flush=True)
+        """,
+    )
+    assert result.reason == EndReason.OOM_KILLED, (result.reason, result.exit_code, result.logs[-500:])
+    assert result.oom_killed
+    assert "memory limit of 0.25 GiB" in result.describe()
+
+
+def test_an_endless_loop_is_killed_at_the_timeout(docker_client: Any, base_image: str) -> None:
+    limits = SandboxLimits(timeout_seconds=3, cpus=0.5)
+    result = run_sandboxed(
+        docker_client, base_image, ["python3", "-c", "while True: pass"], limits=limits, gpus="none"
+    )
+    assert result.reason == EndReason.TIMEOUT
+    assert 3 <= result.seconds < 15
+    assert "wall-clock limit of 3 s" in result.describe()
+
+
+def test_a_log_flood_is_capped_and_keeps_the_end(docker_client: Any, base_image: str) -> None:
+    lines: list[str] = []
+    result = _python(
+        docker_client,
+        base_image,
+        """
+        import sys
+        line = "x" * 1023 + "\\n"
+        for _ in range(64 * 1024):  # 64 MiB
+            sys.stdout.write(line)
+        print("THE LAST LINE", flush=True)
+        """,
+        on_output=lines.append,
+    )
+    assert result.ok, result.describe()
+    assert result.logs_truncated
+    assert len(result.logs.encode()) <= SMALL.log_bytes + 100
+    assert result.logs.rstrip().endswith("THE LAST LINE")
+    assert 0 < sum(len(line) + 1 for line in lines) <= SMALL.log_bytes // 2
+
+
+def test_a_cancelled_run_is_killed(docker_client: Any, base_image: str) -> None:
+    import threading
+
+    cancel = threading.Event()
+    timer = threading.Timer(2.0, cancel.set)
+    timer.start()
+    result = run_sandboxed(
+        docker_client,
+        base_image,
+        ["sleep", "600"],
+        limits=SandboxLimits(timeout_seconds=60),
+        gpus="none",
+        cancel=cancel,
+    )
+    assert result.reason == EndReason.CANCELLED
+    assert result.seconds < 20
+
+
+def test_no_container_is_left_behind(docker_client: Any, base_image: str) -> None:
+    result = run_sandboxed(
+        docker_client, base_image, ["true"], gpus="none", labels={"org.knowgic.test": "leftover"}
+    )
+    assert result.ok
+    assert docker_client.containers.list(all=True, filters={"label": "org.knowgic.test=leftover"}) == []
+
+
+def test_root_is_refused(docker_client: Any, base_image: str) -> None:
+    from knowgic.errors import KnowgicError
+
+    with pytest.raises(KnowgicError, match="root"):
+        run_sandboxed(docker_client, base_image, ["true"], user="0:0", gpus="none")
+
+
+def _engine_is_healthy(client: Any) -> bool:
+    return bool(client.ping()) and os.path.exists("/") and socket.gethostname() != ""
