@@ -14,14 +14,16 @@ QUOTE_LIMIT = 200
 
 
 def clip(text: str, limit: int = QUOTE_LIMIT) -> str:
-    """``text`` when it has at most ``limit`` characters, else its start and how many characters follow.
+    """``text`` when it has at most ``limit`` characters, else its start and end around a marker saying how
+    many characters were left out: ``'abc…[+52,428,700 chars]…xyz'``.
 
-    The result has at most ``limit`` + 32 characters (the marker ``…[+N chars]``), so a clipped value still
-    says that it was clipped and by how much.
+    The end is kept because what follows a quoted value often says what it is (``'...' (subject 'X', 2x)``).
+    The result has at most ``limit`` + 24 characters.
     """
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}…[+{len(text) - limit:,} chars]"
+    head, tail = limit * 3 // 4, limit // 4
+    return f"{text[:head]}…[+{len(text) - head - tail:,} chars]…{text[len(text) - tail :]}"
 
 
 def clip_strings(value: Any, limit: int = QUOTE_LIMIT) -> Any:

@@ -660,3 +660,29 @@ def test_version_record_naming_files_outside_the_folder(capsys, folder_copy: Pat
     report = json.loads(out)
     assert code == 1
     assert [e["message"] for e in report["errors"] if expected in e["message"]], report["errors"]
+
+
+# --- bounded output ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_huge_field_is_quoted_briefly(capsys, tmp_path: Path, good_rows: list[dict], as_json: bool) -> None:
+    """A 2 MB question (named by two warnings), a 2 MB unknown field and a 2 MB string where a number
+    belongs: the report stays a few kilobytes, in text and in JSON, and says how much it left out."""
+    huge = "y" * 2_000_000
+    good_rows[0]["chain"]["questions"][0] = huge
+    good_rows[1][huge] = 1
+    good_rows[2]["case_id"] = huge
+    path = write_json(tmp_path / "huge.json", good_rows)
+    code, out, _ = run(capsys, "validate", str(path), *(["--json"] if as_json else []))
+    assert code == 1
+    assert len(out) < 8_000
+    if as_json:
+        report = json.loads(out)
+        assert report["n_errors"] == 2
+        assert {w["code"] for w in report["warnings"]} >= {"subject_not_in_question", "malformed_question"}
+        quoted = [e for w in report["warnings"] for e in w["examples"] if "yyy" in e]
+        assert len(quoted) == 2 and all("chars]…" in e for e in quoted)
+    else:
+        assert out.count("chars]…") >= 3
+        assert "(subject " in out  # the end of a clipped example is kept: it says what the value was

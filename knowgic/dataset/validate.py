@@ -22,6 +22,7 @@ from typing import Any
 
 from jsonschema.exceptions import ValidationError
 
+from knowgic.clip import QUOTE_LIMIT, clip, clip_strings
 from knowgic.dataset.checks import Finding, check_aliases, check_chains
 from knowgic.dataset.derive import edit_id, edit_rows, fact_id, fact_rows
 from knowgic.dataset.io import (
@@ -44,6 +45,8 @@ from knowgic.yamlfile import YamlError, parse_yaml
 ALIAS_FILE_NAMES = ("aliases.json", "attributes_with_aliases.json")
 MAX_ERRORS_TEXT = 25
 MAX_ERRORS_JSON = 1000
+LINE_LIMIT = 2 * QUOTE_LIMIT
+"""Characters of one whole line of a text report (an error with its place, a warning's message)."""
 _JSON_TYPES = {
     dict: "object",
     list: "array",
@@ -103,29 +106,30 @@ class ValidationReport:
             "rows": dict(self.rows),
             "aliases": self.aliases,
             "n_errors": len(self.errors),
-            "errors": [asdict(e) for e in self.errors[:MAX_ERRORS_JSON]],
+            # Every string a report quotes from its input is clipped (a 50 MB question stays a line).
+            "errors": clip_strings([asdict(e) for e in self.errors[:MAX_ERRORS_JSON]]),
             "n_warnings": len(self.warnings),
-            "warnings": [w.to_dict() for w in self.warnings],
-            "notes": list(self.notes),
+            "warnings": clip_strings([w.to_dict() for w in self.warnings]),
+            "notes": clip_strings(list(self.notes)),
         }
 
     def render_text(self) -> str:
         counts = ", ".join(f"{n} {c} rows" for c, n in self.rows.items()) or "no rows"
         lines = [f"Validated {self.path} ({self.kind}: {counts}; alias map: {self.aliases or 'none'})"]
-        lines += [f"note: {n}" for n in self.notes]
+        lines += [f"note: {clip(n)}" for n in self.notes]
         if self.errors:
             lines.append(f"{len(self.errors)} errors:")
-            lines += [f"  - {e.render()}" for e in self.errors[:MAX_ERRORS_TEXT]]
+            lines += [f"  - {clip(e.render(), LINE_LIMIT)}" for e in self.errors[:MAX_ERRORS_TEXT]]
             if len(self.errors) > MAX_ERRORS_TEXT:
                 lines.append(f"  ... and {len(self.errors) - MAX_ERRORS_TEXT} more (see --json)")
         if self.warnings:
             lines.append(f"{len(self.warnings)} warnings:")
             for w in self.warnings:
-                lines.append(f"  - {w.code} ({w.count}): {w.message}")
+                lines.append(f"  - {w.code} ({w.count}): {clip(w.message, LINE_LIMIT)}")
                 if w.lines:
-                    lines += [f"      {x}" for x in w.lines]
+                    lines += [f"      {clip(x, LINE_LIMIT)}" for x in w.lines]
                 else:
-                    lines += [f"      e.g. {x}" for x in w.examples[:3]]
+                    lines += [f"      e.g. {clip(x)}" for x in w.examples[:3]]
         verdict = "FAILED" if self.errors else "OK"
         lines.append(f"{verdict}: {len(self.errors)} errors, {len(self.warnings)} warnings")
         return "\n".join(lines)
