@@ -23,6 +23,7 @@ result is never stored twice.
 
 from __future__ import annotations
 
+import _thread
 import shutil
 import signal
 import sys
@@ -66,6 +67,11 @@ class WorkerStopped(BaseException):
     """Raised in the main thread by SIGTERM/SIGINT while a job runs or the worker waits.
 
     A BaseException, so that an executor's ``except Exception`` does not swallow it."""
+
+
+class JobTakenAway(BaseException):
+    """Raised in the main thread while a job runs when the heartbeat learns that the worker no longer owns
+    it (cancelled, or recovered by another worker): the run is abandoned rather than finished for nothing."""
 
 
 def default_executor(gpus: str) -> JobExecutor:
@@ -139,22 +145,66 @@ def check_results(path: Path, job: Job) -> dict[str, Any]:
     return document
 
 
+# -- the job's log --------------------------------------------------------------------------------------
+class _JobLog:
+    """The ``log`` callable handed to the executor: thread-safe, buffered (a flood of lines costs one
+    database write per ``flush_bytes`` or ``flush_seconds``), capped by the queue."""
+
+    def __init__(self, queue: JobQueue, job_id: str, worker_id: str, *, flush_seconds: float = 1.0) -> None:
+        self.queue, self.job_id, self.worker_id = queue, job_id, worker_id
+        self.flush_seconds = flush_seconds
+        self.flush_bytes = 64 * 1024
+        self._parts: list[str] = []
+        self._size = 0
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> None:
+        text = text if text.endswith("\n") else text + "\n"
+        with self._lock:
+            self._parts.append(text)
+            self._size += len(text)
+            if self._size >= self.flush_bytes or time.monotonic() - self._last >= self.flush_seconds:
+                self._flush_locked()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        self._last = time.monotonic()
+        if not self._parts:
+            return
+        text, self._parts, self._size = "".join(self._parts), [], 0
+        try:
+            self.queue.append_log(self.job_id, text)
+        except KnowgicError as exc:
+            print(f"[{self.worker_id}] cannot write the log of {self.job_id}: {exc}", file=sys.stderr)
+
+
 # -- the heartbeat ----------------------------------------------------------------------------------------
 class _Heartbeat:
-    """Sends heartbeats from a thread; remembers when the job was taken away (cancelled or recovered)."""
+    """Sends heartbeats from a thread; when the job was taken away (cancelled or recovered) it remembers
+    why and interrupts the main thread (SIGUSR1 simulated there, see :func:`_stop_signals`)."""
 
-    def __init__(self, queue: JobQueue, job: Job, worker_id: str, every: float, log: Callable[[str], None]):
-        self.queue, self.job, self.worker_id, self.every, self.log = queue, job, worker_id, every, log
+    def __init__(
+        self, queue: JobQueue, job: Job, worker_id: str, every: float, flag: _StopFlag, log: _JobLog
+    ):
+        self.queue, self.job, self.worker_id, self.every, self.flag = queue, job, worker_id, every, flag
+        self.log = log
         self.lost: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{job.job_id}", daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
+            self.log.flush()
             try:
                 self.queue.heartbeat(self.job.job_id, self.worker_id)
             except JobLost as exc:
                 self.lost = str(exc)
+                if self.flag.handlers_installed:
+                    _thread.interrupt_main(signal.SIGUSR1)
                 return
             except Exception as exc:  # a database hiccup: try again at the next beat
                 print(f"[{self.worker_id}] heartbeat failed: {exc}", file=sys.stderr)
@@ -173,6 +223,8 @@ class _Heartbeat:
 class _StopFlag:
     requested: bool = False
     interruptible: bool = False  # raise WorkerStopped now (executing or waiting) rather than at the next step
+    handlers_installed: bool = False
+    job_lost: bool = False
 
 
 @contextmanager
@@ -187,10 +239,18 @@ def _stop_signals(flag: _StopFlag, install: bool) -> Iterator[None]:
             flag.interruptible = False
             raise WorkerStopped(signal.Signals(signum).name)
 
+    def taken_away(_signum: int, _frame: FrameType | None) -> None:
+        if flag.interruptible:
+            flag.interruptible = False
+            raise JobTakenAway()
+
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, taken_away)
+    flag.handlers_installed = True
     try:
         yield
     finally:
+        flag.handlers_installed = False
         for sig, old in previous.items():
             signal.signal(sig, old)
 
@@ -249,17 +309,12 @@ def run_job(
 ) -> Job:
     """Run one claimed job to FINISHED or FAILED (or back to PENDING when the worker is stopped)."""
 
-    def log(text: str) -> None:
-        try:
-            queue.append_log(job.job_id, text if text.endswith("\n") else text + "\n")
-        except KnowgicError as exc:
-            print(f"[{worker_id}] cannot write the log of {job.job_id}: {exc}", file=sys.stderr)
-
+    log = _JobLog(queue, job.job_id, worker_id)
     log(
         f"[worker] {worker_id} runs attempt {job.attempts + 1} of {job.max_attempts} on {job.device or 'cpu'}"
     )
     workdir = Path(tempfile.mkdtemp(prefix=f"knowgic-{job.job_id}-", dir=workdir_root))
-    heartbeat = _Heartbeat(queue, job, worker_id, heartbeat_seconds, log)
+    heartbeat = _Heartbeat(queue, job, worker_id, heartbeat_seconds, flag, log)
     try:
         with heartbeat:
             try:
@@ -292,6 +347,9 @@ def run_job(
             except JobLost as lost:
                 log(f"[worker] {lost}")
                 return queue.get(job.job_id)
+            except JobTakenAway:
+                log(f"[worker] run abandoned: {heartbeat.lost}")
+                return queue.get(job.job_id)
             except Exception as exc:  # a fault of this host, recorded on the job
                 log(traceback.format_exc())
                 reason = f"the worker failed while handling the job: {type(exc).__name__}: {exc}"
@@ -300,6 +358,7 @@ def run_job(
                 except JobLost:
                     return queue.get(job.job_id)
     finally:
+        log.flush()
         if not keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
 
