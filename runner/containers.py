@@ -1,0 +1,271 @@
+"""The container executor: one job as two sandboxed containers over one deltas folder.
+
+::
+
+    workdir/
+      submission/   the stored archive unpacked again (runner.submission checks it as on submit)
+      job/job.json  runner.stages.JobSpec            -> read-only in both containers at /job
+      deltas/       written by the edit stage         -> /deltas: the edit container's only writable mount;
+                    read (and emptied) by the score stage
+      out/          results.json and plots            -> /out: written by the score container only
+
+    edit container   knowgic-edit:<submission>-<runner>   python -m runner.stages edit  (the submitted code)
+    score container  the runner image, nothing else       python -m runner.stages score (trusted)
+
+Both run at once under :func:`runner.sandbox.run_sandboxed`: the score stage scores each delta as it
+appears and deletes it, the edit stage waits while the folder is over its quota. The edit container
+never sees /out, and the score container runs no submitted file, so what the submission does in its own
+process (patching the metrics, writing a results.json of its own) cannot reach the scores.
+
+When one stage fails the other is stopped, and the job fails with one line saying which stage, how it
+ended (exit code, memory, time, processes) and the stage's own last error line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from knowgic.errors import KnowgicError
+from runner.deltas import DONE_MARKER, FAILED_MARKER, one_line
+from runner.images import (
+    SUBMISSION_DIR,
+    ImageBuildError,
+    build_edit_image,
+    default_runner_image,
+    ensure_docker,
+    image_id,
+)
+from runner.sandbox import EndReason, GiB, Mount, SandboxLimits, SandboxResult, resolve_gpus, run_sandboxed
+from runner.stages import JobSpec
+from runner.submission import SubmissionError, unpack_stored_archive
+from runner.worker import JobFailure
+
+if TYPE_CHECKING:
+    from runner.queue import Job
+
+STAGE_COMMAND = ("python3", "-m", "runner.stages")
+JOB_LABEL = "org.knowgic.job"
+STAGE_LABEL = "org.knowgic.stage"
+# Seconds the score stage may keep running once the edit stage has failed (it sees the `failed` marker).
+SCORE_GRACE_SECONDS = 60.0
+_ERROR_LINE = re.compile(r"^(error: .*|[A-Za-z_.]*(Error|Exception|Interrupt)\b.*)$")
+
+
+def _default_limits() -> SandboxLimits:
+    return SandboxLimits(
+        memory_bytes=16 * GiB, cpus=float(os.cpu_count() or 2), pids=1024, timeout_seconds=4 * 3600
+    )
+
+
+def _last_error_line(logs: str) -> str | None:
+    """The last line that reads as an error (``error: ...`` from runner.stages, or a traceback's last line)."""
+    for line in reversed(logs.splitlines()):
+        if _ERROR_LINE.match(line.strip()):
+            return one_line(line.strip(), 500)
+    return None
+
+
+def _private_folder(path: Path, mode: int = 0o755) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(mode)
+    return path
+
+
+@dataclass
+class ContainerExecutor:
+    """:class:`runner.worker.JobExecutor` that runs each stage in a sandboxed container.
+
+    ``gpus``: "all", "none" or "auto". ``runner_image``: the trusted image (default
+    ``$KNOWGIC_RUNNER_IMAGE`` or ``knowgic-runner:<version>``). ``model_cache``: a host folder with
+    downloaded models (a Hugging Face cache), mounted read-only at /cache in both containers.
+    """
+
+    gpus: str = "auto"
+    runner_image: str | None = None
+    edit_limits: SandboxLimits = field(default_factory=_default_limits)
+    score_limits: SandboxLimits = field(default_factory=_default_limits)
+    quota: str = "2G"
+    model_cache: Path | None = None
+    client: Any = None
+
+    def __post_init__(self) -> None:
+        self.use_gpus = resolve_gpus(self.gpus)
+        self.runner_image = self.runner_image or default_runner_image()
+        if self.client is None:
+            self.client = ensure_docker()
+        self.runner_image_id = image_id(self.client, self.runner_image)  # fails now, with how to build it
+
+    @property
+    def device(self) -> str:
+        return "cuda:all" if self.use_gpus else "cpu"
+
+    def job_spec(self, job: Job, manifest: dict[str, Any], hparams: dict[str, Any]) -> JobSpec:
+        return JobSpec(
+            model=job.model,
+            editor=str(manifest["editor"]),
+            hparams=hparams,
+            protocol=job.protocol,
+            mode=job.mode,
+            dataset_version=job.dataset_version,
+            limit=job.limit,
+            device="cuda" if self.use_gpus else "cpu",
+            submission_name=job.submission_name,
+            submission_version=job.submission_version,
+            submission_sha256=job.submission_sha256,
+        )
+
+    def remove_leftovers(self, job_id: str) -> int:
+        """Remove containers of an earlier attempt of ``job_id`` (a worker killed while they ran)."""
+        leftovers = self.client.containers.list(all=True, filters={"label": f"{JOB_LABEL}={job_id}"})
+        for container in leftovers:
+            container.remove(force=True, v=True)
+        return len(leftovers)
+
+    def execute(self, job: Job, submission_archive: Path, workdir: Path, log: Callable[[str], None]) -> Path:
+        workdir = Path(workdir)
+        if self.remove_leftovers(job.job_id):
+            log("[runner] removed the containers of an earlier attempt of this job")
+        try:
+            submission = unpack_stored_archive(submission_archive, workdir / "submission")
+        except SubmissionError as error:
+            raise JobFailure(f"the stored submission is not valid: {error}") from None
+        try:
+            hparams = submission.hparams_for(job.model)
+        except KnowgicError as error:
+            raise JobFailure(f"the submission's hparams for {job.model}: {error}") from None
+        try:
+            edit_image = build_edit_image(self.client, str(self.runner_image), submission, log=log)
+        except ImageBuildError as error:
+            raise JobFailure(f"building the submission's image failed (its requirements?): {error}") from None
+        log(
+            f"[runner] edit image {edit_image.tag} "
+            + (f"built in {edit_image.seconds:.1f} s" if edit_image.built else "(cached)")
+        )
+        spec = self.job_spec(job, submission.manifest, hparams)
+        job_dir = _private_folder(workdir / "job")
+        (job_dir / "job.json").write_text(spec.to_json(), encoding="utf-8")
+        (job_dir / "job.json").chmod(0o644)
+        deltas, out = _private_folder(workdir / "deltas"), _private_folder(workdir / "out")
+        shared = [Mount(job_dir, "/job")]
+        if self.model_cache is not None:
+            shared.append(Mount(self.model_cache, "/cache"))
+        labels = {JOB_LABEL: job.job_id}
+        # The model's caches (hashes, converted files) go to the tmpfs; downloaded models come read-only.
+        environment = {"KNOWGIC_CACHE": "/tmp/knowgic-cache", "HF_HOME": "/cache/huggingface"}
+        edit_cancel, score_cancel = threading.Event(), threading.Event()
+
+        def run_edit() -> SandboxResult:
+            try:
+                return run_sandboxed(
+                    self.client,
+                    edit_image.tag,
+                    [
+                        *STAGE_COMMAND,
+                        "edit",
+                        "--job",
+                        "/job/job.json",
+                        "--submission",
+                        SUBMISSION_DIR,
+                        "--out",
+                        "/deltas",
+                        "--quota",
+                        self.quota,
+                    ],
+                    mounts=[*shared, Mount(deltas, "/deltas", writable=True)],
+                    limits=self.edit_limits,
+                    gpus="all" if self.use_gpus else "none",
+                    environment=environment,
+                    labels={**labels, STAGE_LABEL: "edit"},
+                    on_output=lambda line: log(f"[edit] {line}"),
+                    cancel=edit_cancel,
+                )
+            finally:
+                # The score stage waits for deltas until a marker says the edit stage is over.
+                if not (deltas / DONE_MARKER).exists() and not (deltas / FAILED_MARKER).exists():
+                    (deltas / FAILED_MARKER).write_text("the edit stage ended without finishing\n")
+                score_deadline.append(time.monotonic() + SCORE_GRACE_SECONDS)
+
+        def run_score() -> SandboxResult:
+            try:
+                return run_sandboxed(
+                    self.client,
+                    str(self.runner_image),
+                    [
+                        *STAGE_COMMAND,
+                        "score",
+                        "--job",
+                        "/job/job.json",
+                        "--deltas",
+                        "/deltas",
+                        "--out",
+                        "/out",
+                        "--timeout",
+                        f"{self.edit_limits.timeout_seconds:g}",
+                    ],
+                    mounts=[
+                        *shared,
+                        Mount(deltas, "/deltas", writable=True),
+                        Mount(out, "/out", writable=True),
+                    ],
+                    limits=self.score_limits,
+                    gpus="all" if self.use_gpus else "none",
+                    environment=environment,
+                    labels={**labels, STAGE_LABEL: "score"},
+                    on_output=lambda line: log(f"[score] {line}"),
+                    cancel=score_cancel,
+                )
+            finally:
+                edit_cancel.set()  # the scores are final (or failed): the editor has nothing left to do
+
+        score_deadline: list[float] = []
+        started = time.monotonic()
+        log(f"[runner] running the edit and score stages on {self.device}")
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"job-{job.job_id[:12]}") as pool:
+            try:
+                edit_future, score_future = pool.submit(run_edit), pool.submit(run_score)
+                while not score_future.done():
+                    if score_deadline and time.monotonic() > score_deadline[0] and edit_future.done():
+                        edit_result = edit_future.result()
+                        if not edit_result.ok:
+                            score_cancel.set()
+                    time.sleep(0.2)
+                edit_result, score_result = edit_future.result(), score_future.result()
+            finally:  # also when the worker is stopped: both containers go
+                edit_cancel.set()
+                score_cancel.set()
+        log(
+            f"[runner] edit stage {edit_result.reason} ({edit_result.seconds:.1f} s), "
+            f"score stage {score_result.reason} ({score_result.seconds:.1f} s), {time.monotonic() - started:.1f} s"
+        )
+        results = out / "results.json"
+        # A cancelled edit stage was stopped because the score stage had ended: the score stage's outcome
+        # decides. Any other edit failure is the cause of whatever the score stage then did.
+        if not edit_result.ok and edit_result.reason != EndReason.CANCELLED:
+            raise JobFailure(self._edit_reason(edit_result, deltas))
+        if not score_result.ok:
+            raise JobFailure(self._score_reason(score_result))
+        if not results.is_file():
+            raise JobFailure("the score stage ended without writing results.json")
+        return results
+
+    def _edit_reason(self, result: SandboxResult, deltas: Path) -> str:
+        reason = f"the edit stage (the submitted editor) {result.describe()}"
+        detail = _last_error_line(result.logs)
+        marker = deltas / FAILED_MARKER
+        if detail is None and marker.is_file() and not marker.is_symlink():
+            detail = one_line(marker.read_text(encoding="utf-8", errors="replace")[:2000], 500)
+        return f"{reason}: {detail}" if detail else reason
+
+    def _score_reason(self, result: SandboxResult) -> str:
+        detail = _last_error_line(result.logs)
+        if result.ok or detail is None:
+            return f"the score stage {result.describe()}"
+        return f"the score stage rejected the run: {detail.removeprefix('error: ')}"
