@@ -400,6 +400,10 @@ def _shown(value: Any) -> str:
     return "no limit" if value is None else str(value)
 
 
+def _limit(value: Any) -> str:
+    return "no limit" if value is None else f"limit {value}"
+
+
 def comparability_problem(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     """Why runs ``a`` and ``b`` cannot be compared edit by edit, or ``None`` when they can."""
     for label, key in COMPARABLE_SETTINGS:
@@ -410,8 +414,8 @@ def comparability_problem(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | N
     if sorted(ids_a) != sorted(ids_b):
         limit_a, limit_b = a["config"].get("limit"), b["config"].get("limit")
         return (
-            f"the runs cover different edits ({len(ids_a)} with limit {_shown(limit_a)} (A) vs "
-            f"{len(ids_b)} with limit {_shown(limit_b)} (B))"
+            f"the runs cover different edits ({len(ids_a)} edits, {_limit(limit_a)} (A) vs "
+            f"{len(ids_b)} edits, {_limit(limit_b)} (B))"
         )
     return None
 

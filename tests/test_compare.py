@@ -1,0 +1,128 @@
+"""``knowgic compare RUN_A RUN_B``: paired differences of real runs, and the runs it must refuse."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from knowgic.cli import main
+from knowgic.errors import KnowgicError
+from knowgic.uncertainty import comparability_problem, compare_results
+
+
+def _run_main(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's own usage errors
+        return int(exc.code or 0)
+
+
+def _evaluate(out: Path, *args: str) -> Path:
+    assert main(["evaluate", "--model", "knowgic-tiny", *args, "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(knowgic_tiny, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("runs")
+    return {
+        "none": _evaluate(root / "none", "--editor", "none", "--limit", "3"),
+        "rome": _evaluate(root / "rome", "--editor", "rome", "--limit", "3"),
+        "sequential": _evaluate(root / "seq", "--editor", "none", "--limit", "3", "--mode", "sequential"),
+        "greedy": _evaluate(root / "greedy", "--editor", "none", "--limit", "3", "--protocol", "greedy"),
+        "v1.0.0": _evaluate(root / "v100", "--editor", "none", "--limit", "3", "--dataset-version", "1.0.0"),
+        "two edits": _evaluate(root / "two", "--editor", "none", "--limit", "2"),
+    }
+
+
+def _document(path: Path) -> dict[str, Any]:
+    return json.loads((path / "results.json").read_text(encoding="utf-8"))
+
+
+def test_compare_prints_each_metrics_paired_difference(runs, capsys) -> None:
+    capsys.readouterr()
+    assert _run_main(["compare", str(runs["none"]), str(runs["rome"] / "results.json")]) == 0
+    out = capsys.readouterr().out
+    # ROME makes the edits the unedited model does not: B - A = +1 on every resample of the edits.
+    efficacy = next(line for line in out.splitlines() if "│ Efficacy " in line)
+    assert "+1.0000" in efficacy and "[+1.0000, +1.0000]" in efficacy and "yes, B better" in efficacy
+    ifr = next(line for line in out.splitlines() if "│ IFR " in line)
+    assert "yes, B better" in ifr  # lower IFR is better
+    assert "Paired cluster bootstrap over the 3 edits" in out
+
+
+def test_compare_json_matches_the_library(runs, capsys) -> None:
+    capsys.readouterr()
+    assert _run_main(["compare", str(runs["none"]), str(runs["rome"]), "--json", "--resamples", "500"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["a"]["editor"] == "none" and report["b"]["editor"] == "rome"
+    assert report["bootstrap"]["resamples"] == 500 and report["bootstrap"]["edits"] == 3
+    library = compare_results(_document(runs["none"]), _document(runs["rome"]), resamples=500)
+    assert report["differences"] == [
+        {
+            "metric": d.metric,
+            "a": d.a,
+            "b": d.b,
+            "difference": d.difference,
+            "low": d.low,
+            "high": d.high,
+            "excludes_zero": d.excludes_zero,
+            "reason": d.reason,
+        }
+        for d in library
+    ]
+    by_metric = {d["metric"]: d for d in report["differences"]}
+    ifr = by_metric["ifr"]
+    assert ifr["difference"] == pytest.approx(ifr["b"] - ifr["a"])
+    assert ifr["low"] <= ifr["difference"] <= ifr["high"] < 0 and ifr["excludes_zero"] is True
+
+
+def test_a_run_compared_with_itself_differs_by_nothing(runs, capsys) -> None:
+    capsys.readouterr()
+    assert _run_main(["compare", str(runs["rome"]), str(runs["rome"]), "--json"]) == 0
+    for d in json.loads(capsys.readouterr().out)["differences"]:
+        if d["low"] is not None:
+            assert (d["difference"], d["low"], d["high"], d["excludes_zero"]) == (0.0, 0.0, 0.0, False)
+
+
+@pytest.mark.parametrize(
+    ("other", "reason"),
+    [
+        ("sequential", "differ in mode: independent (A) vs sequential (B)"),
+        ("greedy", "differ in protocol: logprob (A) vs greedy (B)"),
+        ("v1.0.0", "differ in dataset version: 1.1.0 (A) vs 1.0.0 (B)"),
+        ("two edits", "cover different edits (3 edits, limit 3 (A) vs 2 edits, limit 2 (B))"),
+    ],
+)
+def test_compare_refuses_runs_that_differ(runs, capsys, other, reason) -> None:
+    capsys.readouterr()
+    assert _run_main(["compare", str(runs["none"]), str(runs[other])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and reason in err and "Traceback" not in err
+
+
+def test_comparability_names_the_model_and_says_no_limit(runs) -> None:
+    a = _document(runs["none"])
+    b = copy.deepcopy(a)
+    b["config"]["model"] = "gemma3-270m"
+    assert comparability_problem(a, b) == "the runs differ in model: knowgic-tiny (A) vs gemma3-270m (B)"
+    with pytest.raises(KnowgicError, match="differ in model"):
+        compare_results(a, b)
+    c = copy.deepcopy(a)
+    c["config"]["limit"] = None
+    c["per_edit"] = c["per_edit"][:2]
+    problem = comparability_problem(a, c)
+    assert problem == "the runs cover different edits (3 edits, limit 3 (A) vs 2 edits, no limit (B))"
+
+
+def test_compare_names_a_missing_or_empty_run(tmp_path, capsys) -> None:
+    assert _run_main(["compare", str(tmp_path / "missing"), str(tmp_path)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert _run_main(["compare", str(tmp_path), str(tmp_path)]) == 2
+    assert "holds no results.json" in capsys.readouterr().err
+    assert _run_main(["compare", str(tmp_path), str(tmp_path), "--level", "95"]) == 2
+    assert "between 0 and 1" in capsys.readouterr().err
