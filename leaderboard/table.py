@@ -1,0 +1,449 @@
+"""The leaderboard's rows: one per stored run (verified or local) or per published row (reported).
+
+A row keeps each metric as value, n, interval and the reason it is undefined; :class:`Board` holds every
+row as a pandas frame for search, filters and sorting, and renders one page of it as the table a person
+sees. Nothing a submitter wrote (names, descriptions, links) is ever rendered as markup: text is escaped,
+and a link is shown only when it is an http(s) URL.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from runner.store import SkippedFile, StoreEntry, StoreScan
+
+DATA_DIR = Path(__file__).parent / "data"
+REPORTED_DIR = DATA_DIR / "reported"
+
+# (key in results.json "metrics", column header)
+METRICS: tuple[tuple[str, str], ...] = (
+    ("ifr", "IFR"),
+    ("preservation", "Preservation"),
+    ("efficacy", "Efficacy"),
+    ("generalization", "Generalization"),
+    ("specificity", "Specificity"),
+    ("deep_editing_score", "Deep-editing score"),
+)
+CHAIN_LENGTHS = (1, 2, 3, 4, 5)
+LENGTH_METRICS: tuple[tuple[str, str], ...] = tuple((f"ifr_len_{n}", f"IFR n={n}") for n in CHAIN_LENGTHS)
+ALL_METRICS = METRICS + LENGTH_METRICS
+LOWER_IS_BETTER = frozenset({"ifr", *(key for key, _ in LENGTH_METRICS)})
+
+CATEGORICAL: tuple[tuple[str, str], ...] = (
+    ("model", "Model"),
+    ("editor", "Editor"),
+    ("protocol", "Protocol"),
+    ("mode", "Mode"),
+    ("dataset", "Dataset"),
+    ("source", "Source"),
+)
+EXTRA_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("active_chains", "Active chains"),
+    ("edits", "Edits"),
+    ("links", "Paper / code"),
+    ("submitter", "Submitted by"),
+    ("added", "Added"),
+    ("row_id", "Id"),
+)
+COLUMN_HEADERS: dict[str, str] = dict(CATEGORICAL + ALL_METRICS + EXTRA_COLUMNS)
+DEFAULT_COLUMNS: tuple[str, ...] = (
+    *(key for key, _ in CATEGORICAL),
+    *(key for key, _ in METRICS),
+    "active_chains",
+    "links",
+    "row_id",
+)
+SORTABLE: tuple[tuple[str, str], ...] = (*ALL_METRICS, ("active_chains", "Active chains"), ("added", "Added"))
+DEFAULT_SORT = "deep_editing_score"
+PAGE_SIZE = 25
+UNSTATED = "unstated"
+_URL = re.compile(r"^https?://[^\s\"'<>`\\]+$", re.IGNORECASE)
+_SEARCHED = ("row_id", "model", "editor", "protocol", "mode", "dataset", "source", "submitter", "label")
+
+
+def safe_url(value: Any) -> str | None:
+    """``value`` when it is an http(s) URL without characters that could leave an attribute, else None."""
+    if isinstance(value, str) and _URL.match(value.strip()):
+        return value.strip()
+    return None
+
+
+def text(value: Any) -> str:
+    """Anything shown inside table HTML: escaped, so a submitter's ``<script>`` stays text."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+@dataclass(frozen=True)
+class MetricCell:
+    """One metric of one row: ``value`` None means undefined, for ``reason``."""
+
+    value: float | None
+    n: int | None = None
+    low: float | None = None
+    high: float | None = None
+    reason: str | None = None
+    interval_reason: str | None = None
+
+    @classmethod
+    def from_results(cls, entry: Mapping[str, Any] | None, missing: str) -> MetricCell:
+        if not isinstance(entry, Mapping):
+            return cls(None, reason=missing)
+        interval = entry.get("interval")
+        low, high = (
+            (interval[0], interval[1]) if isinstance(interval, list) and len(interval) == 2 else (None, None)
+        )
+        value = entry.get("value")
+        return cls(
+            value=None if value is None else float(value),
+            n=entry.get("n"),
+            low=low,
+            high=high,
+            reason=entry.get("reason") if value is None else None,
+            interval_reason=entry.get("interval_reason"),
+        )
+
+    def html(self, level: float | None) -> str:
+        """The cell: value, interval and n; "–" with the reason on hover when undefined (never 0)."""
+        if self.value is None:
+            reason = self.reason or "undefined"
+            return f'<span class="kg-undefined" title="{text(reason)}">–</span>'
+        hover = [f"value {self.value:.6g}"]
+        if self.n is not None:
+            hover.append(f"n = {self.n}")
+        parts = [f'<span class="kg-value">{self.value:.3f}</span>']
+        if self.low is not None and self.high is not None:
+            pct = f"{level * 100:g}% " if level else ""
+            hover.append(f"{pct}interval [{self.low:.4f}, {self.high:.4f}]")
+            parts.append(f'<span class="kg-interval">[{self.low:.2f}, {self.high:.2f}]</span>')
+        elif self.interval_reason:
+            hover.append(f"no interval: {self.interval_reason}")
+        if self.n is not None:
+            parts.append(f'<span class="kg-n">n={self.n}</span>')
+        return f'<span class="kg-metric" title="{text("; ".join(hover))}">{" ".join(parts)}</span>'
+
+
+@dataclass(frozen=True)
+class Row:
+    """One leaderboard row."""
+
+    row_id: str
+    source: str  # verified, local or reported
+    model: str
+    editor: str
+    protocol: str
+    mode: str
+    dataset: str
+    metrics: dict[str, MetricCell]
+    active_chains: int | None = None
+    edits: int | None = None
+    paper: str | None = None
+    code: str | None = None
+    submitter: str = ""
+    label: str = ""
+    added: str = ""
+    level: float | None = None
+    entry: StoreEntry | None = field(default=None, compare=False, repr=False)
+
+
+@lru_cache(maxsize=1)
+def method_links() -> dict[str, dict[str, str]]:
+    """Paper and code links of the built-in editors (leaderboard/data/methods.yaml)."""
+    data = yaml.safe_load((DATA_DIR / "methods.yaml").read_text(encoding="utf-8")) or {}
+    return {str(k): {kk: str(vv) for kk, vv in (v or {}).items()} for k, v in data.items()}
+
+
+def _submitter(manifest: Mapping[str, Any] | None, label: str | None) -> str:
+    if not manifest:
+        return label or ""
+    authors = manifest.get("authors") or []
+    names = [a.get("name", "") if isinstance(a, Mapping) else str(a) for a in authors if a]
+    who = ", ".join(str(n) for n in names if n)
+    what = f"{manifest.get('name', '')} {manifest.get('version', '')}".strip()
+    return " · ".join(part for part in (what, who) if part)
+
+
+def row_from_entry(entry: StoreEntry) -> Row:
+    """A stored run as a row: its metrics, counts and links."""
+    summary = entry.summary
+    config = summary["config"]
+    metrics = summary["metrics"]
+    cells = {key: MetricCell.from_results(metrics.get(key), "not in this results file") for key, _ in METRICS}
+    by_length = metrics.get("ifr_by_length") or {}
+    for n in CHAIN_LENGTHS:
+        cells[f"ifr_len_{n}"] = MetricCell.from_results(
+            by_length.get(str(n)), f"no chain of length {n} in this run"
+        )
+    editor = str(config["editor"])
+    builtin = method_links().get(editor, {})
+    builtin_class = config.get("editor_class", "").startswith("knowgic.editors.")
+    manifest = entry.manifest or {}
+    paper = safe_url(manifest.get("paper")) if entry.manifest else None
+    if paper is None and builtin_class:
+        paper = safe_url(builtin.get("paper"))
+    code = safe_url(builtin.get("code")) if builtin_class else None
+    counts = summary.get("counts", {})
+    return Row(
+        row_id=entry.entry_id,
+        source=entry.source,
+        model=str(config["model"]),
+        editor=editor,
+        protocol=str(config["protocol"]),
+        mode=str(config["mode"]),
+        dataset=str(summary["dataset"]["version"]),
+        metrics=cells,
+        active_chains=counts.get("active_chains"),
+        edits=counts.get("edits"),
+        paper=paper,
+        code=code,
+        submitter=_submitter(entry.manifest, None),
+        label=entry.label or "",
+        added=entry.added_at,
+        level=(summary.get("uncertainty") or {}).get("level"),
+        entry=entry,
+    )
+
+
+# The upstream file names editors by the paper's spelling; rows use the benchmark's editor names.
+_REPORTED_EDITORS = {
+    "ROME": "rome",
+    "MEMIT": "memit",
+    "AlphaEdit": "alphaedit",
+    "MEMIT-prune": "prune",
+    "MEMIT-rect": "rect",
+}
+REPORTED_NOTE = "published by the KnowGIC paper's authors: IFR and Preservation only"
+_REPORTED_ORDER_NOTE = "the authors' file has no length column; its row order is read as lengths 1 to 5"
+
+
+def _slug(value: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", value.lower()).strip("-")
+
+
+@lru_cache(maxsize=1)
+def reported_rows() -> tuple[Row, ...]:
+    """The KnowGIC authors' published IFR and Preservation (leaderboard/data/reported/)."""
+    with (REPORTED_DIR / "ifr_by_chain_length.csv").open(encoding="utf-8", newline="") as handle:
+        by_length: dict[tuple[str, str], list[float]] = {}
+        for record in csv.DictReader(handle):
+            by_length.setdefault((record["Model"], record["Technique"]), []).append(float(record["IFR"]))
+    rows = []
+    with (REPORTED_DIR / "ifr_preservation_results.csv").open(encoding="utf-8", newline="") as handle:
+        for record in csv.DictReader(handle):
+            model, technique = record["Model"], record["Technique"]
+            editor = _REPORTED_EDITORS.get(technique, technique.lower())
+            absent = f"not reported ({REPORTED_NOTE})"
+            cells = {key: MetricCell(None, reason=absent) for key, _ in METRICS}
+            cells["ifr"] = MetricCell(float(record["IFR"]), interval_reason="the authors report no interval")
+            cells["preservation"] = MetricCell(
+                float(record["Preservation"]), interval_reason="the authors report no interval"
+            )
+            lengths = by_length.get((model, technique), [])
+            for n in CHAIN_LENGTHS:
+                if len(lengths) == len(CHAIN_LENGTHS):
+                    cells[f"ifr_len_{n}"] = MetricCell(lengths[n - 1], interval_reason=_REPORTED_ORDER_NOTE)
+                else:
+                    cells[f"ifr_len_{n}"] = MetricCell(None, reason=absent)
+            links = method_links().get(editor, {})
+            rows.append(
+                Row(
+                    row_id=f"reported-{_slug(model)}-{_slug(technique)}",
+                    source="reported",
+                    model=model,
+                    editor=editor,
+                    protocol=UNSTATED,
+                    mode=UNSTATED,
+                    dataset="upstream",
+                    metrics=cells,
+                    paper=safe_url(links.get("paper")),
+                    code=safe_url(links.get("code")),
+                    submitter="KnowGIC authors (manitbaser/KnowGIC, MIT)",
+                )
+            )
+    return tuple(rows)
+
+
+def _frame(rows: Sequence[Row]) -> pd.DataFrame:
+    """Numbers for filtering and sorting: one column per value, n and interval end."""
+    records = []
+    for index, row in enumerate(rows):
+        record: dict[str, Any] = {
+            "index": index,
+            "row_id": row.row_id,
+            "model": row.model,
+            "editor": row.editor,
+            "protocol": row.protocol,
+            "mode": row.mode,
+            "dataset": row.dataset,
+            "source": row.source,
+            "active_chains": row.active_chains,
+            "edits": row.edits,
+            "paper": row.paper or "",
+            "code": row.code or "",
+            "submitter": row.submitter,
+            "label": row.label,
+            "added": row.added,
+        }
+        for key, _ in ALL_METRICS:
+            cell = row.metrics[key]
+            record[key] = math.nan if cell.value is None else cell.value
+            record[f"{key}_n"] = cell.n
+            record[f"{key}_low"] = cell.low
+            record[f"{key}_high"] = cell.high
+            record[f"{key}_reason"] = cell.reason or ""
+        records.append(record)
+    frame = pd.DataFrame.from_records(records)
+    if frame.empty:
+        return frame
+    frame["haystack"] = frame[list(_SEARCHED)].astype(str).agg(" ".join, axis=1).str.lower()
+    return frame
+
+
+@dataclass(frozen=True)
+class TableQuery:
+    """What a person asked the table for."""
+
+    search: str = ""
+    filters: Mapping[str, Sequence[str]] = field(default_factory=dict)  # column -> allowed values
+    sort: str = DEFAULT_SORT
+    descending: bool = True
+    columns: Sequence[str] = DEFAULT_COLUMNS
+    page: int = 1
+    page_size: int = PAGE_SIZE
+
+
+@dataclass(frozen=True)
+class TablePage:
+    headers: list[str]
+    datatypes: list[str]
+    cells: list[list[Any]]
+    row_ids: list[str]
+    total: int  # rows matching the query
+    page: int
+    pages: int
+
+
+class Board:
+    """Every row of a store scan plus the reported rows, ready to search, filter, sort and page."""
+
+    def __init__(self, scan: StoreScan, *, include_reported: bool = True) -> None:
+        rows = [row_from_entry(e) for e in scan.entries]
+        if include_reported:
+            rows.extend(reported_rows())
+        self.rows: list[Row] = rows
+        self.skipped: list[SkippedFile] = list(scan.skipped)
+        self.by_id: dict[str, Row] = {row.row_id: row for row in rows}
+        self.frame = _frame(rows)
+        self.signature = tuple((e.entry_id, e.results_sha256) for e in scan.entries)
+
+    def choices(self, column: str) -> list[str]:
+        if self.frame.empty:
+            return []
+        return sorted(self.frame[column].astype(str).unique().tolist())
+
+    def select(self, query: TableQuery) -> pd.DataFrame:
+        """The rows matching ``query``, sorted (undefined values last, whatever the direction)."""
+        frame = self.frame
+        if frame.empty:
+            return frame
+        mask = pd.Series(True, index=frame.index)
+        for column, allowed in query.filters.items():
+            if allowed:
+                mask &= frame[column].isin(list(allowed))
+        needle = query.search.strip().lower()
+        if needle:
+            for word in needle.split():
+                mask &= frame["haystack"].str.contains(word, regex=False)
+        selected = frame[mask]
+        sort = query.sort if query.sort in selected.columns else DEFAULT_SORT
+        return selected.sort_values(
+            [sort, "row_id"], ascending=[not query.descending, True], na_position="last", kind="stable"
+        )
+
+    def page(self, query: TableQuery) -> TablePage:
+        selected = self.select(query)
+        columns = [c for c in query.columns if c in COLUMN_HEADERS] or list(DEFAULT_COLUMNS)
+        total = len(selected)
+        pages = max(1, math.ceil(total / query.page_size))
+        page = min(max(1, query.page), pages)
+        start = (page - 1) * query.page_size
+        shown = selected.iloc[start : start + query.page_size]
+        cells = (
+            [[self._cell(self.rows[int(i)], c) for c in columns] for i in shown["index"].tolist()]
+            if total
+            else []
+        )
+        return TablePage(
+            headers=[COLUMN_HEADERS[c] for c in columns],
+            datatypes=["html" if c in _HTML_COLUMNS else "str" for c in columns],
+            cells=cells,
+            row_ids=shown["row_id"].tolist() if total else [],
+            total=total,
+            page=page,
+            pages=pages,
+        )
+
+    @staticmethod
+    def _cell(row: Row, column: str) -> Any:
+        if column in _METRIC_KEYS:
+            return row.metrics[column].html(row.level)
+        if column == "links":
+            return links_html(row.paper, row.code)
+        if column == "row_id":
+            return f'<a href="?result={text(row.row_id)}" class="kg-permalink">{text(row.row_id)}</a>'
+        if column == "active_chains":
+            return "–" if row.active_chains is None else str(row.active_chains)
+        if column == "edits":
+            return "–" if row.edits is None else str(row.edits)
+        return str(getattr(row, column))
+
+    def export(self, query: TableQuery) -> pd.DataFrame:
+        """The filtered, sorted table with every number (for the CSV download); undefined stays empty."""
+        selected = self.select(query)
+        columns = ["row_id", *(k for k, _ in CATEGORICAL), "active_chains", "edits"]
+        for key, _ in ALL_METRICS:
+            columns += [key, f"{key}_n", f"{key}_low", f"{key}_high", f"{key}_reason"]
+        columns += ["paper", "code", "submitter", "label", "added"]
+        if selected.empty:
+            return pd.DataFrame(columns=columns)
+        return selected[columns].reset_index(drop=True)
+
+
+_METRIC_KEYS = frozenset(key for key, _ in ALL_METRICS)
+_HTML_COLUMNS = _METRIC_KEYS | {"links", "row_id"}
+
+
+def links_html(paper: str | None, code: str | None) -> str:
+    links = []
+    for label, url in (("paper", safe_url(paper)), ("code", safe_url(code))):
+        if url:
+            links.append(
+                f'<a href="{text(url)}" target="_blank" rel="noopener noreferrer nofollow">{label}</a>'
+            )
+    return " · ".join(links) if links else "–"
+
+
+def row_label(row: Row) -> str:
+    """A short text naming a row in drop-downs."""
+    return f"{row.model} · {row.editor} · {row.protocol} · {row.mode} · {row.row_id}"
+
+
+def skipped_frame(skipped: Iterable[SkippedFile], root: Path) -> pd.DataFrame:
+    records = []
+    for item in skipped:
+        try:
+            shown = str(item.path.relative_to(root))
+        except ValueError:
+            shown = str(item.path)
+        records.append({"File": shown, "Reason": item.reason})
+    return pd.DataFrame.from_records(records, columns=["File", "Reason"])

@@ -1,0 +1,335 @@
+"""What the detail and compare views show, as plain data (tables, dicts, figures) built from results documents.
+
+Text from results and manifests goes into data frames and JSON viewers, which render it as text; the one
+HTML block (:func:`detail_header`) escapes everything it holds.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import pandas as pd
+
+from knowgic.errors import KnowgicError
+from leaderboard.table import ALL_METRICS, COLUMN_HEADERS, Row, links_html, row_label, safe_url
+from runner.store import StoreFileError
+
+PER_EDIT_COLUMNS = (
+    "edit_id",
+    "subject",
+    "prompt",
+    "target_true",
+    "target_new",
+    "chains",
+    "active_chains",
+    "ifr",
+    "preservation",
+    "efficacy",
+    "generalization",
+    "specificity",
+    "p_new",
+    "p_true",
+    "reasons",
+)
+CHAIN_COLUMNS = ("case_id", "length", "active", "r_pre", "r_post", "known_post", "chain")
+
+
+_MORE_LABELS = {
+    "ifr_uncapped": "IFR (uncapped)",
+    "preservation_macro": "Preservation (macro)",
+    "efficacy_magnitude": "Efficacy magnitude",
+    "specificity_same_relation": "Specificity, same relation",
+    "specificity_other_graphs": "Specificity, other graphs",
+}
+
+
+def metric_label(path: str) -> str:
+    """``ifr_by_length.2`` -> "IFR n=2"; ``ifr`` -> "IFR"; other names as results.json spells them."""
+    head, _, tail = path.partition(".")
+    if tail:
+        return f"IFR n={tail}"
+    return COLUMN_HEADERS.get(head) or _MORE_LABELS.get(head, head.replace("_", " "))
+
+
+def _interval(entry: Mapping[str, Any]) -> str:
+    interval = entry.get("interval")
+    if isinstance(interval, list) and len(interval) == 2:
+        return f"[{interval[0]:.4f}, {interval[1]:.4f}]"
+    return "–"
+
+
+def _value(value: Any) -> str:
+    return "–" if value is None else f"{float(value):.4f}"
+
+
+def metrics_frame(row: Row | None, document: Mapping[str, Any] | None) -> pd.DataFrame:
+    """Every metric of a result (all of results.json's when there is a document, else the row's)."""
+    records = []
+    if row is None:
+        pass
+    elif document is not None:
+        for name, entry in document["metrics"].items():
+            if name == "ifr_by_length":
+                items = [(f"ifr_by_length.{n}", e) for n, e in entry.items()]
+            else:
+                items = [(name, entry)]
+            for path, item in items:
+                note = item.get("reason") if item.get("value") is None else item.get("interval_reason")
+                records.append(
+                    {
+                        "Metric": metric_label(path),
+                        "Value": _value(item.get("value")),
+                        "n": item.get("n"),
+                        "Interval": _interval(item),
+                        "Note": note or "",
+                    }
+                )
+    else:
+        for key, header in ALL_METRICS:
+            cell = row.metrics[key]
+            records.append(
+                {
+                    "Metric": header,
+                    "Value": _value(cell.value),
+                    "n": cell.n,
+                    "Interval": "–",
+                    "Note": (cell.reason if cell.value is None else cell.interval_reason) or "",
+                }
+            )
+    return pd.DataFrame.from_records(records, columns=["Metric", "Value", "n", "Interval", "Note"]).astype(
+        {"n": "object"}
+    )
+
+
+def detail_header(row: Row, permalink: str) -> str:
+    """The title block of a detail view: escaped names, safe links, the permalink."""
+    esc = html.escape
+    lines = [
+        f'<h3 class="kg-detail-title">{esc(row.model)} · {esc(row.editor)}</h3>',
+        f"<p>{esc(row.protocol)} · {esc(row.mode)} · dataset {esc(row.dataset)} · "
+        f'<span class="kg-source">{esc(row.source)}</span> · {links_html(row.paper, row.code)}</p>',
+    ]
+    if row.submitter:
+        lines.append(f'<p class="kg-submitter">submitted by: {esc(row.submitter)}</p>')
+    if row.entry is not None and row.entry.manifest and row.entry.manifest.get("description"):
+        lines.append(f'<p class="kg-description">{esc(str(row.entry.manifest["description"]))}</p>')
+    if row.label:
+        lines.append(f'<p class="kg-label">label: {esc(row.label)}</p>')
+    if row.source == "reported":
+        lines.append(
+            "<p>Numbers published by the KnowGIC paper's authors (repository manitbaser/KnowGIC, MIT "
+            "license): IFR and Preservation only; protocol and mode are not stated there.</p>"
+        )
+    lines.append(f'<p>Permalink: <a class="kg-permalink" href="{esc(permalink)}">{esc(permalink)}</a></p>')
+    return "\n".join(lines)
+
+
+def provenance(row: Row, document: Mapping[str, Any]) -> dict[str, Any]:
+    """Versions, hashes and where the run comes from (store entry, manifest, job)."""
+    entry = row.entry
+    config = document["config"]
+    info: dict[str, Any] = {
+        "source": row.source,
+        "results_sha256": document["sha256"],
+        "schema_version": document["schema_version"],
+        "knowgic_version": document["knowgic_version"],
+        "created_at": document["created_at"],
+        "dataset": document["dataset"],
+        "model_revision": config.get("model_revision"),
+        "editor_class": config.get("editor_class"),
+        "hparams_source": config.get("hparams_source"),
+        "hparams_sha256": config.get("hparams_sha256"),
+        "metric_versions": document.get("metric_versions"),
+        "uncertainty": document.get("uncertainty"),
+        "timing": document.get("timing"),
+    }
+    if entry is not None:
+        info["store_entry"] = {
+            "entry_id": entry.entry_id,
+            "added_at": entry.added_at,
+            "label": entry.label,
+            "submission_sha256": entry.submission_sha256,
+            "manifest": entry.manifest,
+            "job": entry.job,
+        }
+    return info
+
+
+def per_edit_frame(document: Mapping[str, Any]) -> pd.DataFrame:
+    records = []
+    for record in document.get("per_edit", []):
+        shown = {}
+        for column in PER_EDIT_COLUMNS:
+            value = record.get(column)
+            if column == "reasons":
+                value = "; ".join(f"{k}: {v}" for k, v in (value or {}).items())
+            elif isinstance(value, float):
+                value = round(value, 4)
+            elif value is None and column not in ("subject", "prompt", "target_true", "target_new"):
+                value = "–"
+            shown[column] = value
+        records.append(shown)
+    return pd.DataFrame.from_records(records, columns=list(PER_EDIT_COLUMNS)).astype("object")
+
+
+def edit_choices(document: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return [
+        (f"{r['edit_id']} · {r.get('subject', '')} → {r.get('target_new', '')}", r["edit_id"])
+        for r in document.get("per_edit", [])
+    ]
+
+
+@lru_cache(maxsize=4)
+def _chain_texts(version: str) -> dict[int, str]:
+    """case_id -> the chain's questions, when this dataset version is available here (else empty)."""
+    try:
+        from knowgic.dataset.loading import load_cases
+
+        cases = load_cases(version)
+    except (KnowgicError, OSError, ValueError):
+        return {}
+    return {
+        case.case_id: " → ".join(
+            f"{q} [{a}]" for q, a in zip(case.chain.questions, case.chain.answers, strict=False)
+        )
+        for case in cases
+    }
+
+
+def chains_frame(document: Mapping[str, Any], edit_id: str | None) -> pd.DataFrame:
+    """The chains of one edit: length, whether active, the chain's r before and after the edit."""
+    texts = _chain_texts(str(document["dataset"]["version"]))
+    records = []
+    for chain in document.get("chains", []):
+        if chain.get("edit_id") != edit_id:
+            continue
+        records.append(
+            {
+                "case_id": chain["case_id"],
+                "length": chain["length"],
+                "active": chain["active"],
+                "r_pre": round(chain["r_pre"], 4),
+                "r_post": round(chain["r_post"], 4),
+                "known_post": chain.get("known_post", "–"),
+                "chain": texts.get(int(chain["case_id"]), ""),
+            }
+        )
+    return pd.DataFrame.from_records(records, columns=list(CHAIN_COLUMNS)).astype("object")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    message: str
+    metrics: pd.DataFrame
+    edits: pd.DataFrame
+
+
+_COMPARE_COLUMNS = [
+    "Metric",
+    "A",
+    "A interval",
+    "B",
+    "B interval",
+    "B − A",
+    "Paired interval",
+    "Excludes 0",
+    "Note",
+]
+_EDIT_METRICS = (("ifr", "IFR"), ("preservation", "Pres."), ("efficacy", "Eff."), ("specificity", "Spec."))
+
+
+def _side_by_side(a: Mapping[str, Any], b: Mapping[str, Any], differences: Mapping[str, Any]) -> pd.DataFrame:
+    from knowgic.uncertainty import INTERVAL_METRICS, metric_entry_at
+
+    records = []
+    for path in INTERVAL_METRICS:
+        try:
+            ea, eb = metric_entry_at(a["metrics"], path), metric_entry_at(b["metrics"], path)
+        except KeyError:
+            continue
+        diff = differences.get(path)
+        va, vb = ea.get("value"), eb.get("value")
+        if diff is not None:
+            delta = "–" if diff.difference is None else f"{diff.difference:+.4f}"
+            paired = "–" if diff.low is None else f"[{diff.low:+.4f}, {diff.high:+.4f}]"
+            excludes = "–" if diff.excludes_zero is None else ("yes" if diff.excludes_zero else "no")
+            note = diff.reason or ""
+        else:
+            delta = "–" if va is None or vb is None else f"{vb - va:+.4f}"
+            paired, excludes = "–", "–"
+            note = ea.get("reason") or eb.get("reason") or ""
+        records.append(
+            {
+                "Metric": metric_label(path),
+                "A": _value(va),
+                "A interval": _interval(ea),
+                "B": _value(vb),
+                "B interval": _interval(eb),
+                "B − A": delta,
+                "Paired interval": paired,
+                "Excludes 0": excludes,
+                "Note": note,
+            }
+        )
+    return pd.DataFrame.from_records(records, columns=_COMPARE_COLUMNS)
+
+
+def _edits_side_by_side(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFrame:
+    by_id_b = {r["edit_id"]: r for r in b.get("per_edit", [])}
+    columns = ["edit_id", "subject", "target_new"]
+    for _, label in _EDIT_METRICS:
+        columns += [f"{label} A", f"{label} B"]
+    records = []
+    for ra in a.get("per_edit", []):
+        rb = by_id_b.get(ra["edit_id"], {})
+        record = {"edit_id": ra["edit_id"], "subject": ra.get("subject"), "target_new": ra.get("target_new")}
+        for key, label in _EDIT_METRICS:
+            record[f"{label} A"] = _value(ra.get(key))
+            record[f"{label} B"] = _value(rb.get(key)) if rb else "not in B"
+        records.append(record)
+    return pd.DataFrame.from_records(records, columns=columns)
+
+
+def compare(row_a: Row | None, row_b: Row | None) -> Comparison:
+    """Two results of one model, metric by metric (with paired bootstrap intervals of B − A when the runs
+    cover the same edits) and edit by edit."""
+    from knowgic.uncertainty import compare_results
+
+    empty = Comparison("", pd.DataFrame(columns=_COMPARE_COLUMNS), pd.DataFrame())
+    if row_a is None or row_b is None:
+        return Comparison("Choose two results (A and B) of one model.", empty.metrics, empty.edits)
+    if row_a.model != row_b.model:
+        return Comparison(
+            f"A and B are results of different models ({row_a.model} vs {row_b.model}); compare results of "
+            "one model.",
+            empty.metrics,
+            empty.edits,
+        )
+    if row_a.entry is None or row_b.entry is None:
+        return Comparison(
+            "Reported rows carry no per-edit records; compare two stored runs.", empty.metrics, empty.edits
+        )
+    try:
+        doc_a, doc_b = row_a.entry.document, row_b.entry.document
+    except StoreFileError as exc:
+        return Comparison(f"cannot read a result: {exc}", empty.metrics, empty.edits)
+    header = f"A = {row_label(row_a)}\nB = {row_label(row_b)}\n"
+    try:
+        differences = {d.metric: d for d in compare_results(doc_a, doc_b)}
+        message = header + "B − A with a paired cluster-bootstrap interval over the same resampled edits."
+    except KnowgicError as exc:
+        differences = {}
+        message = header + f"No paired intervals: {exc}"
+    return Comparison(message, _side_by_side(doc_a, doc_b, differences), _edits_side_by_side(doc_a, doc_b))
+
+
+def is_safe_link(value: Any) -> bool:
+    return safe_url(value) is not None
+
+
+def choices_for(rows: Sequence[Row]) -> list[tuple[str, str]]:
+    return [(row_label(row), row.row_id) for row in rows]
