@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "knowgic.evaluation.commands",  # evaluate, bench
     "runner.store_commands",  # store add, store list
     "runner.commands",  # runner submit, worker, status, logs, requeue, cancel
+    "leaderboard.commands",  # leaderboard
 )
 
 
