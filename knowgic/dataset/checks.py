@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from knowgic.clip import clip
 from knowgic.dataset.text import alias_risk, is_name_variant, mentions, words
 
 MAX_EXAMPLES = 5
@@ -433,7 +434,7 @@ def check_aliases(aliases: Mapping[str, Sequence[str]], rows: Sequence[Row] | No
                     {k: v for k, v in missing.items()},
                     [
                         f"{labels[k]} without an entry ({len(v)}): "
-                        + (", ".join(repr(x) for x in v) if v else "none")
+                        + (", ".join(repr(clip(x)) for x in v) if v else "none")
                         for k, v in missing.items()
                     ],
                 )

@@ -45,8 +45,10 @@ from knowgic.yamlfile import YamlError, parse_yaml
 ALIAS_FILE_NAMES = ("aliases.json", "attributes_with_aliases.json")
 MAX_ERRORS_TEXT = 25
 MAX_ERRORS_JSON = 1000
-LINE_LIMIT = 2 * QUOTE_LIMIT
-"""Characters of one whole line of a text report (an error with its place, a warning's message)."""
+LINE_LIMIT = 5 * QUOTE_LIMIT
+"""Characters of one message of a report (an error with its place, a warning's message, a note)."""
+LINES_LIMIT = 20 * QUOTE_LIMIT
+"""Characters of one of a finding's complete sub-lines (lists of names, each name clipped to QUOTE_LIMIT)."""
 _JSON_TYPES = {
     dict: "object",
     list: "array",
@@ -107,16 +109,16 @@ class ValidationReport:
             "aliases": self.aliases,
             "n_errors": len(self.errors),
             # Every string a report quotes from its input is clipped (a 50 MB question stays a line).
-            "errors": clip_strings([asdict(e) for e in self.errors[:MAX_ERRORS_JSON]]),
+            "errors": clip_strings([asdict(e) for e in self.errors[:MAX_ERRORS_JSON]], LINE_LIMIT),
             "n_warnings": len(self.warnings),
-            "warnings": clip_strings([w.to_dict() for w in self.warnings]),
-            "notes": clip_strings(list(self.notes)),
+            "warnings": [_bounded_finding(w) for w in self.warnings],
+            "notes": clip_strings(list(self.notes), LINE_LIMIT),
         }
 
     def render_text(self) -> str:
         counts = ", ".join(f"{n} {c} rows" for c, n in self.rows.items()) or "no rows"
         lines = [f"Validated {self.path} ({self.kind}: {counts}; alias map: {self.aliases or 'none'})"]
-        lines += [f"note: {clip(n)}" for n in self.notes]
+        lines += [f"note: {clip(n, LINE_LIMIT)}" for n in self.notes]
         if self.errors:
             lines.append(f"{len(self.errors)} errors:")
             lines += [f"  - {clip(e.render(), LINE_LIMIT)}" for e in self.errors[:MAX_ERRORS_TEXT]]
@@ -127,12 +129,20 @@ class ValidationReport:
             for w in self.warnings:
                 lines.append(f"  - {w.code} ({w.count}): {clip(w.message, LINE_LIMIT)}")
                 if w.lines:
-                    lines += [f"      {clip(x, LINE_LIMIT)}" for x in w.lines]
+                    lines += [f"      {clip(x, LINES_LIMIT)}" for x in w.lines]
                 else:
                     lines += [f"      e.g. {clip(x)}" for x in w.examples[:3]]
         verdict = "FAILED" if self.errors else "OK"
         lines.append(f"{verdict}: {len(self.errors)} errors, {len(self.warnings)} warnings")
         return "\n".join(lines)
+
+
+def _bounded_finding(finding: Finding) -> dict[str, Any]:
+    """A finding as JSON with its quoted values clipped as the text report clips them."""
+    data = clip_strings(finding.to_dict(), LINE_LIMIT)
+    data["examples"] = clip_strings(finding.examples, QUOTE_LIMIT)
+    data["lines"] = clip_strings(finding.lines, LINES_LIMIT)
+    return data
 
 
 # --- schema errors -------------------------------------------------------------------------------
