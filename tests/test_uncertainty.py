@@ -204,9 +204,7 @@ def _recomputed_intervals(doc: dict[str, Any]) -> dict[str, tuple[float, float] 
         ]
     )
     with np.errstate(divide="ignore"):
-        resampled["deep_editing_score"] = np.where(
-            (parts <= 0).any(axis=0), 0.0, 4 / (1 / parts).sum(axis=0)
-        )
+        resampled["deep_editing_score"] = np.where((parts <= 0).any(axis=0), 0.0, 4 / (1 / parts).sum(axis=0))
     for name, samples in resampled.items():
         kept = samples[~np.isnan(samples)]
         if kept.size < samples.size / 2:

@@ -1,0 +1,137 @@
+"""The tables of ``knowgic sweep`` and ``knowgic summarize``: intervals, marks against the best row, row
+order and labels, and the help of every option of the commands that print them."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from knowgic.cli import build_parser, main
+from knowgic.evaluation.sweep import HEADLINE_COLUMNS, LENGTH_COLUMNS, TIED_MARK, row_labels, summary_table
+from knowgic.uncertainty import compare_results, format_value, metric_entry_at
+
+
+def _run_main(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+@pytest.fixture(scope="module")
+def runs(knowgic_tiny, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("runs")
+    out = {}
+    for name, args in (
+        ("none", ["--editor", "none", "--limit", "3"]),
+        ("rome", ["--editor", "rome", "--limit", "3"]),
+        ("ice", ["--editor", "ice", "--limit", "3"]),
+    ):
+        assert main(["evaluate", "--model", "knowgic-tiny", *args, "--out", str(root / name)]) == 0
+        out[name] = root / name
+    return out
+
+
+def _document(path: Path) -> dict[str, Any]:
+    return json.loads((path / "results.json").read_text(encoding="utf-8"))
+
+
+def _rows(table: str) -> list[list[str]]:
+    """The body rows of every Markdown table in ``table``, as lists of cells."""
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in table.splitlines()
+        if line.startswith("| ") and not line.startswith("| editor")
+    ]
+
+
+def test_each_value_has_its_interval_and_marks_follow_the_paired_comparison(runs) -> None:
+    documents = [_document(runs[name]) for name in ("none", "ice", "rome")]
+    table = summary_table(documents)
+    rows = _rows(table)
+    assert [r[0] for r in rows] == ["none", "ice", "rome"] * 2
+    headline, lengths = rows[:3], rows[3:]
+    for column_index, column in enumerate(HEADLINE_COLUMNS, 1):
+        cells = [r[column_index] for r in headline]
+        _check_column(documents, column, cells)
+    for column_index, column in enumerate(LENGTH_COLUMNS, 1):
+        _check_column(documents, column, [r[column_index] for r in lengths])
+    # ROME makes the edits, the others do not: its Efficacy is the best and nobody is tied with it.
+    assert headline[2][3].startswith("**1.000**") and TIED_MARK not in headline[0][3] + headline[1][3]
+    assert "paired 95% interval" in table and "3 edits" in table and "2000 resamples" in table
+
+
+def _check_column(documents: list[dict[str, Any]], column: Any, cells: list[str]) -> None:
+    """One column: every cell is the value with its interval; the bold row is the best; a row carries the
+    tied mark exactly when the paired interval of its difference to the best includes 0."""
+    values = [metric_entry_at(d["metrics"], column.metric)["value"] for d in documents]
+    for cell, doc in zip(cells, documents, strict=True):
+        plain = cell.replace("**", "").removesuffix(f" {TIED_MARK}")
+        assert plain == format_value(metric_entry_at(doc["metrics"], column.metric)), (column, cell)
+    bold = [i for i, cell in enumerate(cells) if cell.startswith("**")]
+    defined = [v for v in values if v is not None]
+    if not defined:
+        assert bold == []
+        return
+    assert len(bold) == 1
+    best = bold[0]
+    assert values[best] == (min(defined) if column.lower_is_better else max(defined))
+    for i, cell in enumerate(cells):
+        if i == best or values[i] is None:
+            continue
+        difference = {d.metric: d for d in compare_results(documents[best], documents[i])}[column.metric]
+        tied = difference.excludes_zero is False
+        assert cell.endswith(TIED_MARK) == tied, (column.metric, cell, difference)
+
+
+def test_summarize_orders_rows_as_sweep_does_and_tells_same_editor_runs_apart(runs, tmp_path, capsys) -> None:
+    again = tmp_path / "none-again"
+    shutil.copytree(runs["none"], again)
+    capsys.readouterr()
+    assert _run_main(["summarize", str(runs["rome"]), str(again), str(runs["none"] / "results.json")]) == 0
+    rows = _rows(capsys.readouterr().out)
+    first, second = sorted([str(runs["none"]), str(again)])
+    assert [r[0] for r in rows[:3]] == [f"none ({first})", f"none ({second})", "rome"]
+    assert len({tuple(r) for r in rows}) == len(rows)  # no two identical rows
+
+
+def test_runs_of_one_editor_with_other_hparams_show_the_hash(runs) -> None:
+    a = _document(runs["rome"])
+    b = copy.deepcopy(a)
+    b["config"]["hparams_sha256"] = "f" * 64
+    labels = row_labels([a, b], [Path("sweep-a/rome"), Path("sweep|b/rome")])
+    assert labels == [
+        f"rome (hparams {a['config']['hparams_sha256'][:8]}, sweep-a/rome)",
+        "rome (hparams ffffffff, sweep\\|b/rome)",
+    ]
+    assert row_labels([a, copy.deepcopy(a)]) == ["rome (run 1)", "rome (run 2)"]
+
+
+def test_a_mismatched_limit_says_no_limit(runs, knowgic_tiny, tmp_path, capsys) -> None:
+    whole = tmp_path / "whole"
+    assert main(["evaluate", "--model", "knowgic-tiny", "--editor", "none", "--out", str(whole)]) == 0
+    capsys.readouterr()
+    assert _run_main(["summarize", str(runs["none"]), str(whole)]) == 2
+    err = capsys.readouterr().err
+    assert "None" not in err
+    assert f"limit 3 in {runs['none'] / 'results.json'}; no limit in {whole / 'results.json'}" in err
+
+
+def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+
+
+@pytest.mark.parametrize("command", ["sweep", "summarize", "compare", "evaluate", "probe", "bench"])
+def test_every_option_has_a_help_text(command) -> None:
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser = subparsers.choices[command]
+    missing = [a.dest for a in _options(parser) if not (a.help and a.help.strip())]
+    assert missing == [], f"{command}: {missing}"
+    assert re.search(r"\S", parser.description or "")
