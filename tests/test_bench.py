@@ -91,3 +91,4 @@ def test_bench_smoke_run_on_knowgic_tiny(knowgic_tiny, capsys) -> None:
     assert report["naive_queries"] > report["distinct_queries"]
     assert report["peak_rss_mb"] > report["model_size_mb"]
     assert report["bare_forward_logits"] == "full"
+    assert report["bootstrap_seconds"] >= 0 and report["bootstrap_resamples"] == 2000

@@ -17,6 +17,8 @@
   scorer's tokenization cache warm as in every post-edit call; ``scoring_vs_forward_ratio_cold`` includes
   tokenization. Best of ``repeats`` interleaved measurements, on the unedited model.
 - ``peak_rss_mb`` (the process's peak resident memory) against ``model_size_mb + 1024``.
+- ``bootstrap_seconds``: the intervals of every metric of the run (:func:`knowgic.uncertainty.metric_intervals`,
+  ``bootstrap_resamples`` resamples of the edits, from the records of ``results.json``), best of ``repeats``.
 
 ``--limit N`` restricts everything to the first N distinct edits and their rows, for a quick run.
 """
@@ -102,6 +104,19 @@ def peak_rss_mb() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
+def bootstrap_time(document: dict[str, Any], repeats: int) -> float:
+    """Seconds to compute every metric's interval of ``document`` (best of ``repeats``)."""
+    from knowgic.uncertainty import BootstrapSettings, metric_intervals
+
+    settings = BootstrapSettings(resamples=int(document["uncertainty"]["resamples"]))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        metric_intervals(document, settings)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def run_benchmark(
     model: str = "knowgic-tiny",
     editor: str = "rome",
@@ -150,6 +165,7 @@ def run_benchmark(
         naive_measured_seconds = naive_seconds(loaded, naive_editor, scorer, plan, measured)
         naive_total = naive_measured_seconds / n_measured * len(all_rows)
 
+        bootstrap_seconds = bootstrap_time(run.document, repeats)
         speed = measure_scoring_ratio(
             loaded.model,
             loaded.tokenizer,
@@ -188,6 +204,8 @@ def run_benchmark(
         "rss_budget_mb": round(size + 1024, 1),
         "within_rss_budget": rss < size + 1024,
         "torch_threads": threads,
+        "bootstrap_seconds": round(bootstrap_seconds, 4),
+        "bootstrap_resamples": run.document["uncertainty"]["resamples"],
     }
     print(json.dumps(report))
     return report
