@@ -1,0 +1,402 @@
+"""The runner's edit stage and score stage, in-process and as commands (no containers).
+
+For honest editors the split must give what ``knowgic evaluate`` gives: every metric (and interval) equal to
+1e-9, the same per-chain and per-edit records. The score stage must stream (the edit stage blocks on its
+quota until deltas are consumed), refuse bad deltas with their reason, and ignore whatever a hostile editor
+does in its own process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from knowgic.editors.hparams import hparams_sha256, load_hparams
+from knowgic.errors import KnowgicError
+from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
+from knowgic.evaluation.results import load_results
+from runner.deltas import FAILED_MARKER, DeltaError
+from runner.stages import JobSpec, main, run_edit_stage, run_score_stage
+
+LIMIT = 2
+TOLERANCE = 1e-9
+
+
+def _job(loaded, editor: str, mode: str = "independent", limit: int | None = LIMIT, **extra: Any) -> JobSpec:
+    hparams, _ = load_hparams(editor, loaded.model_id, loaded.family, required=False)
+    return JobSpec(model="knowgic-tiny", editor=editor, hparams=hparams, mode=mode, limit=limit, **extra)
+
+
+_REFERENCES: dict[tuple[str, str, int | None], dict[str, Any]] = {}
+
+
+def _reference(loaded, editor: str, mode: str, limit: int | None) -> dict[str, Any]:
+    """``knowgic evaluate``'s document for the same arguments (computed once per module)."""
+    key = (editor, mode, limit)
+    if key not in _REFERENCES:
+        request = EvaluationRequest(
+            model="knowgic-tiny", editor=editor, mode=mode, limit=limit, use_cache=False
+        )
+        _REFERENCES[key] = evaluate(request, progress=False, loaded=loaded).document
+    return _REFERENCES[key]
+
+
+def _split(loaded, spec: JobSpec, tmp_path: Path) -> dict[str, Any]:
+    deltas = tmp_path / "deltas"
+    run_edit_stage(spec, None, deltas, loaded=loaded)
+    path = run_score_stage(spec, deltas, tmp_path / "results", loaded=loaded, timeout_seconds=30, plots=False)
+    assert sorted(p.name for p in deltas.iterdir()) == ["done"], "every delta is deleted once scored"
+    return load_results(path)
+
+
+def _assert_close(expected: Any, actual: Any, where: str) -> None:
+    if isinstance(expected, dict):
+        assert isinstance(actual, dict) and sorted(expected) == sorted(actual), where
+        for key in expected:
+            _assert_close(expected[key], actual[key], f"{where}/{key}")
+    elif isinstance(expected, list):
+        assert isinstance(actual, list) and len(expected) == len(actual), where
+        for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
+            _assert_close(e, a, f"{where}/{i}")
+    elif isinstance(expected, float) and not isinstance(expected, bool):
+        assert isinstance(actual, int | float), where
+        assert (math.isnan(expected) and math.isnan(actual)) or abs(expected - actual) <= TOLERANCE, (
+            f"{where}: {expected} != {actual}"
+        )
+    else:
+        assert expected == actual, f"{where}: {expected!r} != {actual!r}"
+
+
+def _untimed(value: Any) -> Any:
+    """``value`` without its wall-clock fields (``seconds``, and the editor's own timings in ``info``)."""
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if not k.endswith("seconds")}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+def _assert_same_scores(reference: dict[str, Any], document: dict[str, Any]) -> None:
+    for section in ("metrics", "counts", "chains", "uncertainty", "dataset"):
+        _assert_close(reference[section], document[section], section)
+    assert reference["chains"] == document["chains"]
+    # Per edit: everything but timings (the score stage times its own replay, not the editor).
+    _assert_close(_untimed(reference["per_edit"]), _untimed(document["per_edit"]), "per_edit")
+
+
+@pytest.mark.parametrize(
+    ("editor", "mode"),
+    [
+        ("rome", "independent"),
+        ("memit", "independent"),
+        ("ice", "independent"),
+        ("rome", "sequential"),
+        ("ice", "sequential"),
+    ],
+)
+def test_split_equals_evaluate(knowgic_tiny, tmp_path, editor: str, mode: str) -> None:
+    spec = _job(knowgic_tiny, editor, mode, submission_name=f"{editor}-sub", submission_version="1.2.3")
+    document = _split(knowgic_tiny, spec, tmp_path)
+    _assert_same_scores(_reference(knowgic_tiny, editor, mode, LIMIT), document)
+    assert document["config"]["editor"] == editor and document["config"]["hparams"] == spec.hparams
+    assert document["config"]["hparams_sha256"] == hparams_sha256(spec.hparams)
+    assert document["submission"] == {
+        "name": f"{editor}-sub",
+        "version": "1.2.3",
+        "sha256": None,
+        "editor": editor,
+        "hparams_sha256": hparams_sha256(spec.hparams),
+    }
+    expected_deltas = 1 if mode == "sequential" else LIMIT
+    assert document["runner"]["deltas"] == expected_deltas and document["runner"]["stages"] == "edit/score"
+    if editor == "ice":  # in-context: no tensors at all, only sidecars
+        assert document["runner"]["delta_bytes"] < 20_000
+    else:
+        assert document["runner"]["delta_bytes"] > 100_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("editor", "mode"),
+    [("rome", "independent"), ("memit", "independent"), ("ice", "independent"), ("memit", "sequential")],
+)
+def test_split_equals_evaluate_on_every_edit(knowgic_tiny, tmp_path, editor: str, mode: str) -> None:
+    spec = _job(knowgic_tiny, editor, mode, limit=None)
+    _assert_same_scores(_reference(knowgic_tiny, editor, mode, None), _split(knowgic_tiny, spec, tmp_path))
+
+
+def test_job_spec_round_trips_and_rejects_bad_fields() -> None:
+    spec = JobSpec(
+        model="knowgic-tiny",
+        editor="pkg.mod:Cls",
+        hparams={"layers": [1]},
+        limit=3,
+        submission_sha256="a" * 64,
+    )
+    assert JobSpec.from_json(spec.to_json()) == spec
+    with pytest.raises(KnowgicError, match=r"job at /: Additional properties are not allowed \('colour' was"):
+        JobSpec.from_json(json.dumps({"model": "m", "editor": "e", "colour": 1}))
+    with pytest.raises(KnowgicError, match="job at /limit: 0 is less than the minimum of 1"):
+        JobSpec.from_json(json.dumps({"model": "m", "editor": "e", "limit": 0}))
+    with pytest.raises(KnowgicError, match="job is not valid JSON"):
+        JobSpec.from_json("{")
+
+
+def _stage_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "runner.stages", *args]
+
+
+def _run(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        _stage_command(*args),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env=env or dict(os.environ),
+    )
+
+
+def test_streaming_edit_stage_blocks_on_its_quota_until_deltas_are_scored(knowgic_tiny, tmp_path) -> None:
+    spec = _job(knowgic_tiny, "rome", limit=3)
+    job = tmp_path / "job.json"
+    job.write_text(spec.to_json())
+    deltas = tmp_path / "deltas"
+    edit = subprocess.Popen(
+        _stage_command("edit", "--job", str(job), "--out", str(deltas), "--quota", "1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(deltas.glob("*.json")) and time.monotonic() < deadline and edit.poll() is None:
+            time.sleep(0.05)
+        # A ROME edit of knowgic-tiny takes about a second: had the stage not blocked, more would be here.
+        time.sleep(3)
+        assert [p.name for p in sorted(deltas.glob("*.json"))] == [f"edit-0000-{_first_edit_id()}.json"]
+        path = run_score_stage(spec, deltas, tmp_path / "results", loaded=knowgic_tiny, timeout_seconds=120)
+        out, err = edit.communicate(timeout=120)
+    finally:
+        if edit.poll() is None:
+            edit.kill()
+    assert edit.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["deltas"] == 3 and summary["quota_wait_seconds"] > 2.5
+    # Never more than one delta on disk: the peak is at most the largest delta written.
+    assert summary["peak_folder_bytes"] <= summary["delta_bytes"] / 3 * 1.01
+    _assert_same_scores(_reference(knowgic_tiny, "rome", "independent", 3), load_results(path))
+
+
+def _first_edit_id() -> str:
+    from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
+    from knowgic.evaluation.plan import build_plan
+
+    ref = dataset_ref(None, config="chains")
+    return build_plan(load_cases(ref.version), load_aliases(ref.version), limit=1).edits[0].edit_id
+
+
+def _tampered_rome_deltas(knowgic_tiny, tmp_path: Path) -> tuple[JobSpec, Path, Path]:
+    spec = _job(knowgic_tiny, "rome", limit=1)
+    deltas = tmp_path / "deltas"
+    run_edit_stage(spec, None, deltas, loaded=knowgic_tiny)
+    return spec, deltas, deltas / f"edit-0000-{_first_edit_id()}.safetensors"
+
+
+def test_score_stage_fails_the_job_on_a_nan_delta_and_writes_nothing(knowgic_tiny, tmp_path) -> None:
+    spec, deltas, tensors_path = _tampered_rome_deltas(knowgic_tiny, tmp_path)
+    tensors = load_file(str(tensors_path))
+    name = next(iter(tensors))
+    tensors[name][0, 0] = float("nan")
+    save_file(tensors, str(tensors_path))
+    with pytest.raises(DeltaError, match=f"{name} has 1 non-finite value"):
+        run_score_stage(spec, deltas, tmp_path / "results", loaded=knowgic_tiny, timeout_seconds=10)
+    assert not (tmp_path / "results").exists()
+
+
+def test_score_stage_fails_the_job_on_a_delta_of_an_unknown_parameter(knowgic_tiny, tmp_path) -> None:
+    spec, deltas, tensors_path = _tampered_rome_deltas(knowgic_tiny, tmp_path)
+    tensors = load_file(str(tensors_path))
+    save_file({"param:lm_head.backdoor": next(iter(tensors.values()))}, str(tensors_path))
+    with pytest.raises(
+        DeltaError, match=re.escape("'param:lm_head.backdoor' is not a parameter or buffer of the model")
+    ):
+        run_score_stage(spec, deltas, tmp_path / "results", loaded=knowgic_tiny, timeout_seconds=10)
+
+
+def test_score_stage_refuses_a_delta_for_another_edit(knowgic_tiny, tmp_path) -> None:
+    spec, deltas, tensors_path = _tampered_rome_deltas(knowgic_tiny, tmp_path)
+    sidecar_path = tensors_path.with_suffix(".json")
+    sidecar = json.loads(sidecar_path.read_text())
+    sidecar["edits"][0]["edit_id"] = "0" * 12
+    sidecar_path.write_text(json.dumps(sidecar))
+    with pytest.raises(DeltaError, match=f"claims edit id\\(s\\) 000000000000, expected {_first_edit_id()}"):
+        run_score_stage(spec, deltas, tmp_path / "results", loaded=knowgic_tiny, timeout_seconds=10)
+
+
+FAILING_EDITOR = """
+from knowgic.editors.base import Editor
+
+
+class FailingEditor(Editor):
+    name = "failing"
+
+    def apply(self, model, tokenizer, requests):
+        raise RuntimeError("the optimiser diverged")
+"""
+
+HOSTILE_EDITOR = '''
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import knowgic.metrics as metrics
+import knowgic.scoring.logprob as logprob
+from knowgic.editors.base import EditHandle, Editor
+from knowgic.scoring.base import Scores
+
+
+class PatchingEditor(Editor):
+    """Changes no weight, but rewrites the metrics and the scorer of its own process, and plants results."""
+
+    name = "patching"
+
+    def apply(self, model, tokenizer, requests):
+        metrics.efficacy = lambda outcomes: metrics.MetricValue(1.0, len(outcomes))
+        metrics.indirect_fact_recovery = lambda chains, **_: metrics.MetricValue(1.0, len(chains))
+
+        def perfect(self, model, tokenizer, queries, prefix=""):
+            return Scores(p=np.ones(len(queries)), known=np.ones(len(queries), dtype=bool))
+
+        logprob.LogprobScorer.score = perfect
+        fake = {"schema_version": "1.2", "metrics": {"ifr": {"value": 1.0, "n": 1}}, "sha256": "0" * 64}
+        if "--out" in sys.argv:
+            out = Path(sys.argv[sys.argv.index("--out") + 1])
+            (out / "results.json").write_text(json.dumps(fake))
+        planted = os.environ.get("PLANT_RESULTS")
+        if planted:
+            Path(planted).mkdir(parents=True, exist_ok=True)
+            (Path(planted) / "results.json").write_text(json.dumps(fake))
+        return EditHandle(info={"claimed_efficacy": 1.0})
+'''
+
+
+def _submission(tmp_path: Path, module: str, source: str) -> Path:
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    (folder / f"{module}.py").write_text(source)
+    return folder
+
+
+def test_failing_editor_fails_both_stages_with_its_reason(knowgic_tiny, tmp_path, capsys) -> None:
+    submission = _submission(tmp_path, "failing_editor", FAILING_EDITOR)
+    spec = JobSpec(model="knowgic-tiny", editor="failing_editor:FailingEditor", limit=1)
+    job = tmp_path / "job.json"
+    job.write_text(spec.to_json())
+    deltas = tmp_path / "deltas"
+    assert main(["edit", "--job", str(job), "--submission", str(submission), "--out", str(deltas)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: editor 'failing' failed on edit ") and err.endswith(
+        "RuntimeError: the optimiser diverged"
+    )
+    assert "\n" not in err
+    assert "the optimiser diverged" in (deltas / FAILED_MARKER).read_text()
+    with pytest.raises(
+        DeltaError, match=r"the edit stage failed: editor 'failing' failed on edit .* diverged"
+    ):
+        run_score_stage(spec, deltas, tmp_path / "results", loaded=knowgic_tiny, timeout_seconds=10)
+
+
+def test_hostile_editor_cannot_change_the_scores(knowgic_tiny, tmp_path) -> None:
+    """The attack works on a plain ``knowgic evaluate`` (same process), and not on the split."""
+    submission = _submission(tmp_path, "hostile_editor", HOSTILE_EDITOR)
+    entry = "hostile_editor:PatchingEditor"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(submission), os.environ.get("PYTHONPATH", "")])}
+    evaluate_command = [sys.executable, "-m", "knowgic.cli", "evaluate", "--model", "knowgic-tiny"]
+    evaluate_command += ["--editor", entry, "--limit", str(LIMIT), "--no-cache", "--json"]
+    plain = subprocess.run(evaluate_command, capture_output=True, text=True, timeout=300, env=env)
+    assert plain.returncode == 0, plain.stderr
+    cheated = json.loads(plain.stdout)["metrics"]
+    assert cheated["efficacy"]["value"] == 1.0, (
+        "the attack must work where the editor shares the scorer's process"
+    )
+
+    spec = JobSpec(model="knowgic-tiny", editor=entry, limit=LIMIT)
+    job = tmp_path / "job.json"
+    job.write_text(spec.to_json())
+    deltas, results = tmp_path / "deltas", tmp_path / "results"
+    edit = _run(
+        "edit", "--job", str(job), "--submission", str(submission), "--out", str(deltas),
+        env={**os.environ, "PLANT_RESULTS": str(results)},
+    )  # fmt: skip
+    assert edit.returncode == 0, edit.stderr
+    assert (deltas / "results.json").exists() and (results / "results.json").exists()
+    score = _run("score", "--job", str(job), "--deltas", str(deltas), "--out", str(results), "--no-plots")
+    assert score.returncode == 0, score.stderr
+    document = load_results(score.stdout.strip())
+    honest = _reference(knowgic_tiny, "none", "independent", LIMIT)
+    _assert_close(honest["metrics"], document["metrics"], "metrics")
+    assert document["metrics"]["efficacy"]["value"] != 1.0
+    assert document["config"]["editor"] == entry
+    # The planted file in the deltas folder was never read, and it is not what the score stage wrote.
+    assert json.loads((deltas / "results.json").read_text())["sha256"] == "0" * 64
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["edit", "--job", "missing.json", "--out", "d"], "error: job file missing.json does not exist"),
+        (
+            ["score", "--job", "JOB", "--deltas", "nowhere", "--out", "r"],
+            "error: deltas folder nowhere does not exist",
+        ),
+        (
+            ["edit", "--job", "JOB", "--out", "d", "--quota", "lots"],
+            "error: argument --quota: not a size: 'lots'",
+        ),
+        (
+            ["score", "--job", "JOB", "--deltas", "d", "--out", "r", "--timeout", "-1"],
+            "error: argument --timeout: must be",
+        ),
+        (["edit", "--job", "BAD", "--out", "d"], "error: job file BAD at /mode: 3 is not of type 'string'"),
+        (
+            ["edit", "--job", "JOB", "--submission", "nowhere", "--out", "d"],
+            "error: submission folder nowhere does not exist",
+        ),
+    ],
+)
+def test_bad_command_lines_are_one_line_errors(
+    tmp_path, monkeypatch, capsys, args: list[str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("JOB").write_text(JobSpec(model="knowgic-tiny", editor="none", limit=1).to_json())
+    Path("BAD").write_text(json.dumps({"model": "knowgic-tiny", "editor": "none", "mode": 3}))
+    with pytest.raises(SystemExit) as exited:
+        sys.exit(main(args))
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(message), err
+
+
+def test_unknown_mode_fails_before_the_model_loads(tmp_path) -> None:
+    spec = JobSpec(model="knowgic-tiny", editor="none", mode="shuffled")
+    with pytest.raises(KnowgicError, match="unknown mode 'shuffled'"):
+        run_edit_stage(spec, None, tmp_path / "deltas")
+    assert "unknown mode 'shuffled'" in (tmp_path / "deltas" / FAILED_MARKER).read_text()
+    with pytest.raises(KnowgicError, match="unknown mode 'shuffled'"):
+        run_score_stage(spec, tmp_path / "deltas", tmp_path / "results")
