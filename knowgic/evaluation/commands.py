@@ -117,7 +117,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--device", default="auto", help="auto (default: cuda when available), cpu, cuda, cuda:1, ..."
     )
-    p.add_argument("--out", type=Path, help="output folder for results.json and plots")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="output folder for results.json and plots; without --out nothing is saved, the table is only "
+        "printed. A folder that already holds a run is refused unless --overwrite is given",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace the run already in --out (as a whole, atomically)"
+    )
     p.add_argument(
         "--no-cache", action="store_true", help="recompute pre-edit scores instead of reading the cache"
     )
@@ -152,7 +160,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--out",
         type=Path,
         required=True,
-        help="output folder: one sub-folder of results per editor, and summary.md (the table)",
+        help="output folder: one sub-folder of results per editor, and summary.md (the table); existing "
+        "runs or summary.md there are refused unless --overwrite is given",
+    )
+    s.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the editors' runs and summary.md already in --out (each run atomically)",
     )
     _add_stats_arguments(s, "applied to the editors with key statistics, the others run as they are")
     s.set_defaults(func=run_sweep_command)
@@ -271,6 +285,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         device=args.device,
         out_dir=args.out,
+        overwrite=args.overwrite,
         use_cache=not args.no_cache,
         stats_corpus=args.stats_corpus,
         stats_samples=args.stats_samples,
@@ -282,6 +297,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(run.document, indent=2, ensure_ascii=False))
     else:
         print_results(run.document, run.results_path, run.plot_paths)
+    if args.out is None:  # on stderr with --json, so stdout stays one JSON document
+        print(
+            "not saved: no --out given (pass --out DIR to keep results.json and the plots)",
+            file=sys.stderr if args.json else sys.stdout,
+        )
     return 0
 
 
@@ -396,6 +416,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         stats_samples=args.stats_samples,
         report=_log_line,
         log=None if sys.stderr.isatty() else _log_line,
+        overwrite=args.overwrite,
     )
     print(table)
     return 0

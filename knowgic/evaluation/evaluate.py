@@ -34,6 +34,7 @@ from knowgic.evaluation.plan import EvalPlan, build_plan
 from knowgic.evaluation.reproducibility import reproducibility
 from knowgic.evaluation.results import (
     RESULTS_SCHEMA_VERSION,
+    check_no_run,
     check_writable,
     environment,
     finalize,
@@ -64,6 +65,8 @@ class EvaluationRequest:
     dtype: str = "float32"
     device: str = "auto"
     out_dir: Path | None = None
+    # Replace a run already in out_dir (else the request is refused before any work).
+    overwrite: bool = False
     use_cache: bool = True
     # Corpus and sample count of the key statistics (editors with uses_key_statistics): they replace the
     # hparams' mom2_dataset and mom2_n_samples; None keeps the hparams' values.
@@ -125,6 +128,7 @@ def check_request(request: EvaluationRequest) -> type[Editor]:
         )
     if request.out_dir is not None:
         check_writable(request.out_dir)
+        check_no_run(request.out_dir, request.overwrite)
     return editor_cls
 
 
@@ -318,7 +322,7 @@ def evaluate(
         from knowgic.evaluation.plots import write_plots
 
         result.results_path, result.plot_paths = write_run_outputs(
-            document, request.out_dir, lambda folder: write_plots(document, folder)
+            document, request.out_dir, lambda folder: write_plots(document, folder), request.overwrite
         )
     return result
 

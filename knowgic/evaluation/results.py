@@ -8,6 +8,8 @@ protocol and parameters, mode, seed, package versions and hardware, alongside th
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import json
 import os
@@ -15,6 +17,7 @@ import platform
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -22,6 +25,7 @@ from typing import Any
 
 import jsonschema
 
+from knowgic.clip import clip
 from knowgic.errors import KnowgicError
 from knowgic.paths import spec_dir
 
@@ -191,34 +195,146 @@ def write_results(document: Mapping[str, Any], out_dir: Path) -> Path:
     return path
 
 
+RUN_FILE_NAMES = ("results.json", "ifr_by_length.png", "per_edit.png")
+"""What one run writes into its folder (results.json and the plots of :mod:`knowgic.evaluation.plots`)."""
+_STAGING_PREFIX = ".knowgic-run-"
+
+
+def describe_run(out_dir: Path) -> str | None:
+    """A short description of the run ``out_dir`` holds (editor, model, date), None when it holds none.
+
+    A folder holds a run when any of :data:`RUN_FILE_NAMES` is in it; a results.json that cannot be read
+    is still a run (it is someone's file), described as such.
+    """
+    present = [name for name in RUN_FILE_NAMES if os.path.lexists(out_dir / name)]
+    if not present:
+        return None
+    if "results.json" not in present:
+        return f"the files {', '.join(present)} of a run"
+    try:
+        document = json.loads((out_dir / "results.json").read_text(encoding="utf-8"))
+        config = document["config"]
+        created = str(document["created_at"]).replace("T", " ").replace("+00:00", " UTC")
+        return f"editor {clip(str(config['editor']), 80)} on {clip(str(config['model']), 80)}, {created}"
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return "a results.json that cannot be read as a run"
+
+
+def check_no_run(out_dir: Path, overwrite: bool, flag: str = "--overwrite") -> None:
+    """Refuse, before any work, to replace the run ``out_dir`` holds unless ``overwrite`` allows it."""
+    existing = None if overwrite else describe_run(out_dir)
+    if existing is not None:
+        raise KnowgicError(
+            f"{out_dir} already holds a run ({existing}); pass {flag} to replace it, or choose another folder"
+        )
+
+
+def _holds_only_run_files(folder: Path) -> bool:
+    """True when everything in ``folder`` is a run's file (or a run's leftover staging folder)."""
+    return all(entry in RUN_FILE_NAMES or entry.startswith(_STAGING_PREFIX) for entry in os.listdir(folder))
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False where that is not offered.
+
+    Nobody looking at either path ever sees it missing or mixed.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):  # old kernel or a file system without it
+        return False
+    raise OSError(err, os.strerror(err), str(second))
+
+
+def _replace_folder(staging: Path, out_dir: Path) -> None:
+    """Put the folder ``staging`` where the folder ``out_dir`` is and delete the old one.
+
+    One atomic exchange where the system offers it; else two renames, between which ``out_dir`` is briefly
+    absent but never half-written.
+    """
+    if _exchange(staging, out_dir):
+        shutil.rmtree(staging, ignore_errors=True)  # staging now holds the old run
+        return
+    old = out_dir.with_name(f"{_STAGING_PREFIX}old-{out_dir.name}")
+    os.rename(out_dir, old)
+    try:
+        os.rename(staging, out_dir)
+    except OSError:
+        os.rename(old, out_dir)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _keep_beside(staging: Path, out_dir: Path) -> Path:
+    """Give a staged run a visible name beside where it was going, so a refused run is not lost."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    kept = staging.with_name(f"{out_dir.name}-{stamp}-{os.getpid()}")
+    os.rename(staging, kept)
+    return kept
+
+
 def write_run_outputs(
     document: Mapping[str, Any],
     out_dir: Path,
     write_extras: Callable[[Path], list[Path]] | None = None,
+    overwrite: bool = False,
 ) -> tuple[Path, list[Path]]:
     """Write a run's files into ``out_dir`` all or nothing; return the paths of results.json and extras.
 
     Everything is first written into a temporary folder on the same file system (``write_extras(folder)``
-    writes the plots and returns their paths, then results.json). When ``out_dir`` does not exist yet the
-    folder is renamed into place in one step; otherwise its files are moved in one by one, results.json
-    last, so whoever sees the new results.json also sees the new plots. Any failure before the move
-    removes the temporary folder and leaves nothing new behind.
+    writes the plots and returns their paths, then results.json), then put in place:
+
+    - ``out_dir`` does not exist: the folder is renamed into place in one step;
+    - ``out_dir`` holds a run (:func:`describe_run`): refused unless ``overwrite``, and then the old run is
+      replaced whole: when the folder holds nothing but run files, the staged folder is exchanged with it in
+      one step; else (the user keeps other files there) each file is replaced by a rename, results.json
+      last, and the other files are left alone;
+    - ``out_dir`` exists without a run: the files are moved in, results.json last.
+
+    Any failure before the move removes the temporary folder and leaves nothing new behind. A run refused
+    at the end (another process wrote a run into ``out_dir`` meanwhile) is kept in a folder beside it.
     """
-    base = _staging_parent(out_dir)
-    staging = Path(tempfile.mkdtemp(dir=base, prefix=".knowgic-run-"))
+    out_dir = Path(out_dir)
+    whole_folder = (
+        overwrite
+        and out_dir.is_dir()
+        and not out_dir.is_symlink()
+        and _holds_only_run_files(out_dir)
+        and os.access(out_dir.absolute().parent, os.W_OK | os.X_OK)
+    )
+    base = out_dir.absolute().parent if whole_folder else _staging_parent(out_dir)
+    staging = Path(tempfile.mkdtemp(dir=base, prefix=_STAGING_PREFIX))
     try:
         extras = list(write_extras(staging)) if write_extras is not None else []
         results = write_results(document, staging)
         names = [p.relative_to(staging) for p in extras] + [results.relative_to(staging)]
         os.chmod(staging, DIR_MODE & ~_umask())
-        if base != out_dir.absolute():
+        placed = out_dir / names[-1], [out_dir / n for n in names[:-1]]
+        if not os.path.lexists(out_dir):
             out_dir.parent.mkdir(parents=True, exist_ok=True)
             try:
                 os.rename(staging, out_dir)
-                return out_dir / names[-1], [out_dir / n for n in names[:-1]]
+                return placed
             except OSError:
                 if not out_dir.is_dir():  # created meanwhile as a file, or unwritable: give up cleanly
                     raise
+        existing = describe_run(out_dir)
+        if existing is not None and not overwrite:
+            kept = _keep_beside(staging, out_dir)
+            raise KnowgicError(
+                f"{out_dir} got a run while this one ran ({existing}); this run was kept in {kept}"
+            )
+        if whole_folder and _holds_only_run_files(out_dir):
+            _replace_folder(staging, out_dir)
+            return placed
         for name in names:
             os.replace(staging / name, out_dir / name)
         staging.rmdir()
@@ -226,6 +342,7 @@ def write_run_outputs(
         shutil.rmtree(staging, ignore_errors=True)
         raise KnowgicError(f"cannot write the results to {out_dir}: {exc.strerror or exc}") from None
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging.is_dir():
+            shutil.rmtree(staging, ignore_errors=True)
         raise
-    return out_dir / names[-1], [out_dir / n for n in names[:-1]]
+    return placed

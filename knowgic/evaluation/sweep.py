@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -239,11 +240,13 @@ def run_sweep(
     stats_samples: int | None = None,
     report: Callable[[str], None] | None = None,
     log: Callable[[str], None] | None = None,
+    overwrite: bool = False,
 ) -> tuple[list[dict[str, Any]], str]:
     """``stats_corpus``/``stats_samples`` go to the editors with key statistics (ROME, MEMIT, ...) only.
 
     ``report`` gets one line per finished editor (a sweep of a real model runs for hours), ``log`` one line
-    per finished edit (see :func:`~knowgic.evaluation.evaluate.evaluate`).
+    per finished edit (see :func:`~knowgic.evaluation.evaluate.evaluate`). Runs or a summary.md already in
+    ``out_dir`` are refused before any work unless ``overwrite``.
     """
     from knowgic.editors.registry import resolve_editor
     from knowgic.models.loading import load_model
@@ -257,6 +260,12 @@ def run_sweep(
             f"--stats-corpus/--stats-samples: none of the editors {', '.join(editors)} uses key statistics"
         )
     check_writable(out_dir)
+    summary_path = out_dir / "summary.md"
+    if os.path.lexists(summary_path) and not overwrite:
+        raise KnowgicError(
+            f"{summary_path} already holds a sweep's table; pass --overwrite to replace it and the runs "
+            "of the editors, or choose another folder"
+        )
     # Protocol and mode left as None take the spec's defaults (EvaluationRequest's field defaults).
     chosen = {k: v for k, v in (("protocol", protocol), ("mode", mode)) if v is not None}
     requests = [
@@ -269,6 +278,7 @@ def run_sweep(
             dtype=dtype,
             device=device,
             out_dir=out_dir / editor.replace(":", "_").replace("/", "_"),
+            overwrite=overwrite,
             **(stats if editor in with_stats else {}),
         )
         for editor in editors
@@ -289,5 +299,5 @@ def run_sweep(
             )
     table = summary_table(documents)
     table += f"\nSweep wall time: {time.perf_counter() - start:.0f} s.\n"
-    write_atomic(out_dir / "summary.md", table.encode("utf-8"))
+    write_atomic(summary_path, table.encode("utf-8"))
     return documents, table
