@@ -247,11 +247,12 @@ class DeltaWriter:
         self.peak_bytes = 0
         self.written_bytes = 0
         self.wait_seconds = 0.0
+        self.waits = 0
         self.deltas = 0
 
     def _wait_for_room(self, size: int) -> None:
         start = time.monotonic()
-        warned = False
+        waited = False
         while True:
             used = folder_bytes(self.folder)
             if used == 0 or used + size <= self.quota_bytes:
@@ -261,11 +262,14 @@ class DeltaWriter:
                     f"waited {self.wait_timeout:g} s for the score stage to consume deltas in {self.folder} "
                     f"({used} bytes held, quota {self.quota_bytes})"
                 )
-            if not warned and self.on_wait is not None:
-                self.on_wait(used, size)
-                warned = True
+            if not waited:
+                waited = True
+                self.waits += 1
+                if self.on_wait is not None:
+                    self.on_wait(used, size)
             time.sleep(self.poll_seconds)
-        self.wait_seconds += time.monotonic() - start
+        if waited:
+            self.wait_seconds += time.monotonic() - start
 
     def write(
         self,

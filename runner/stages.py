@@ -180,6 +180,7 @@ class EditStageSummary:
     deltas: int
     delta_bytes: int
     peak_folder_bytes: int
+    quota_waits: int
     quota_wait_seconds: float
     edit_seconds: float
     total_seconds: float
@@ -363,6 +364,7 @@ def _edit_stage(
         deltas=writer.deltas,
         delta_bytes=writer.written_bytes,
         peak_folder_bytes=writer.peak_bytes,
+        quota_waits=writer.waits,
         quota_wait_seconds=writer.wait_seconds,
         edit_seconds=edit_seconds,
         total_seconds=time.perf_counter() - started,
