@@ -141,6 +141,7 @@ def _worker(args: argparse.Namespace) -> int:
         executor,
         worker_id=worker_id,
         once=args.once,
+        drain=args.drain,
         heartbeat_seconds=args.heartbeat,
         poll_seconds=args.poll,
         grace_seconds=args.grace,
@@ -237,6 +238,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the default)",
     )
     w.add_argument("--once", action="store_true", help="run at most one job, and stop when none is waiting")
+    w.add_argument("--drain", action="store_true", help="run jobs until none is waiting, then stop")
     w.add_argument(
         "--worker-id", default=None, metavar="ID", help="name shown in status and logs (default: HOST-PID)"
     )

@@ -370,6 +370,7 @@ def run_worker(
     *,
     worker_id: str,
     once: bool = False,
+    drain: bool = False,
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
     poll_seconds: float = DEFAULT_POLL_SECONDS,
     grace_seconds: float = DEFAULT_GRACE_SECONDS,
@@ -381,7 +382,8 @@ def run_worker(
 ) -> int:
     """Claim and run jobs until stopped; return how many jobs this worker ran.
 
-    ``once``: run at most one job, and return at once when none is PENDING. ``grace_seconds``: how long a
+    ``once``: run at most one job, and return at once when none is PENDING. ``drain``: run jobs until none
+    is PENDING, then return (batch runs). ``grace_seconds``: how long a
     RUNNING job may go without a heartbeat before it is recovered (keep it several heartbeats long).
     """
     if grace_seconds <= heartbeat_seconds:
@@ -399,7 +401,7 @@ def run_worker(
                     )
                 job = queue.claim(worker_id, device=device)
                 if job is None:
-                    if once:
+                    if once or drain:
                         break
                     with _interruptible(flag):
                         time.sleep(poll_seconds)

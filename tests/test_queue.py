@@ -36,8 +36,14 @@ def fake_submission(tmp_path: Path, models: int = 1, name: str = "demo", sha: st
 
 
 @pytest.fixture
-def queue(tmp_path: Path) -> JobQueue:
-    return JobQueue(f"sqlite:///{tmp_path / 'queue.sqlite'}")
+def queue_url(tmp_path: Path) -> str:
+    """The database under test (tests/test_queue_postgres.py runs these tests again on PostgreSQL)."""
+    return f"sqlite:///{tmp_path / 'queue.sqlite'}"
+
+
+@pytest.fixture
+def queue(queue_url: str) -> JobQueue:
+    return JobQueue(queue_url)
 
 
 def test_a_job_goes_pending_running_finished(queue: JobQueue, tmp_path: Path) -> None:
@@ -104,8 +110,8 @@ def test_release_hands_the_job_back_without_counting_an_attempt(queue: JobQueue,
     assert "released by worker w1: SIGTERM" in queue.logs(job.job_id)
 
 
-def test_stale_jobs_go_back_to_pending_then_fail_after_max_attempts(tmp_path: Path) -> None:
-    queue = JobQueue(f"sqlite:///{tmp_path / 'q.sqlite'}", max_attempts=2)
+def test_stale_jobs_go_back_to_pending_then_fail_after_max_attempts(queue_url: str, tmp_path: Path) -> None:
+    queue = JobQueue(queue_url, max_attempts=2)
     [job] = queue.enqueue(fake_submission(tmp_path))
     queue.claim("dead-1")
     assert queue.recover_stale(grace_seconds=5) == []  # its heartbeat is fresh
@@ -136,8 +142,8 @@ def test_heartbeats_keep_a_job(queue: JobQueue, tmp_path: Path) -> None:
     assert queue.get(job.job_id).state == JobState.RUNNING
 
 
-def test_claims_never_double_under_threads(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'q.sqlite'}"
+def test_claims_never_double_under_threads(queue_url: str, tmp_path: Path) -> None:
+    url = queue_url
     seed = JobQueue(url)
     jobs = seed.enqueue(fake_submission(tmp_path, models=40))
     claimed: list[tuple[str, str]] = []
@@ -148,6 +154,7 @@ def test_claims_never_double_under_threads(tmp_path: Path) -> None:
         while (job := queue.claim(worker)) is not None:
             with lock:
                 claimed.append((job.job_id, worker))
+            time.sleep(0.005)  # a job takes a moment, so the others get their turn
             queue.finish(job.job_id, worker, "0" * 64)
 
     threads = [threading.Thread(target=work, args=(f"t{i}",)) for i in range(8)]
@@ -164,25 +171,28 @@ def test_claims_never_double_under_threads(tmp_path: Path) -> None:
 
 CLAIMER = textwrap.dedent(
     """
-    import sys, time
+    import pathlib, sys, time
     from runner.queue import JobQueue
-    queue = JobQueue(sys.argv[1])
-    while time.time() < float(sys.argv[3]):
-        time.sleep(0.01)  # start together
-    while (job := queue.claim(sys.argv[2])) is not None:
+    url, name, barrier, workers = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3]), int(sys.argv[4])
+    queue = JobQueue(url)
+    (barrier / name).touch()
+    while len(list(barrier.iterdir())) < workers:  # start together, once every process is ready
+        time.sleep(0.01)
+    while (job := queue.claim(name)) is not None:
         print(job.job_id, flush=True)
-        queue.append_log(job.job_id, sys.argv[2])
-        queue.finish(job.job_id, sys.argv[2], "0" * 64)
+        queue.append_log(job.job_id, name)
+        time.sleep(0.02)  # a job takes a moment, so the others get their turn
+        queue.finish(job.job_id, name, "0" * 64)
     """
 )
 
 
-def claim_in_processes(url: str, workers: int) -> list[list[str]]:
+def claim_in_processes(url: str, workers: int, barrier: Path) -> list[list[str]]:
     """Run ``workers`` processes that claim and finish jobs until the queue is empty; their claimed ids."""
-    start = time.time() + 2.0
+    barrier.mkdir()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", CLAIMER, url, f"p{i}", str(start)],
+            [sys.executable, "-c", CLAIMER, url, f"p{i}", str(barrier), str(workers)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -198,11 +208,11 @@ def claim_in_processes(url: str, workers: int) -> list[list[str]]:
     return outputs
 
 
-def test_claims_never_double_across_processes(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'q.sqlite'}"
+def test_claims_never_double_across_processes(queue_url: str, tmp_path: Path) -> None:
+    url = queue_url
     queue = JobQueue(url)
     jobs = queue.enqueue(fake_submission(tmp_path, models=60))
-    outputs = claim_in_processes(url, workers=4)
+    outputs = claim_in_processes(url, workers=4, barrier=tmp_path / "barrier")
     claimed = [job_id for out in outputs for job_id in out]
     assert sorted(claimed) == sorted(j.job_id for j in jobs)
     assert sum(1 for out in outputs if out) > 1  # the processes really competed
@@ -223,8 +233,8 @@ def test_logs_are_capped_keeping_the_newest(queue: JobQueue, tmp_path: Path) -> 
     assert len(log) <= LOG_CAP_BYTES + 100
 
 
-def test_tables_carry_a_schema_version(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'q.sqlite'}"
+def test_tables_carry_a_schema_version(queue_url: str) -> None:
+    url = queue_url
     JobQueue(url)
     JobQueue(url)  # opening again keeps the tables and the version
     engine = sa.create_engine(url)
