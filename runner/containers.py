@@ -23,13 +23,14 @@ ended (exit code, memory, time, processes) and the stage's own last error line.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +45,7 @@ from runner.images import (
     image_id,
 )
 from runner.sandbox import EndReason, GiB, Mount, SandboxLimits, SandboxResult, resolve_gpus, run_sandboxed
-from runner.stages import JobSpec
+from runner.stages import JobSpec, parse_size
 from runner.submission import SubmissionError, unpack_stored_archive
 from runner.worker import JobFailure
 
@@ -59,10 +60,39 @@ SCORE_GRACE_SECONDS = 60.0
 _ERROR_LINE = re.compile(r"^(error: .*|[A-Za-z_.]*(Error|Exception|Interrupt)\b.*)$")
 
 
-def _default_limits() -> SandboxLimits:
-    return SandboxLimits(
-        memory_bytes=16 * GiB, cpus=float(os.cpu_count() or 2), pids=1024, timeout_seconds=4 * 3600
-    )
+# Operators size the containers to their hosts through these variables (sizes as 512M, 16G).
+LIMIT_VARIABLES = {
+    "KNOWGIC_SANDBOX_MEMORY": "memory_bytes",
+    "KNOWGIC_SANDBOX_CPUS": "cpus",
+    "KNOWGIC_SANDBOX_PIDS": "pids",
+    "KNOWGIC_SANDBOX_TIMEOUT": "timeout_seconds",
+}
+
+
+def default_limits(environ: Mapping[str, str] | None = None) -> SandboxLimits:
+    """16 GiB, every CPU, 1024 processes and 4 hours per stage, each overridden by its variable in
+    :data:`LIMIT_VARIABLES`; a malformed value is one line naming the variable."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {
+        "memory_bytes": 16 * GiB,
+        "cpus": float(os.cpu_count() or 2),
+        "pids": 1024,
+        "timeout_seconds": 4 * 3600.0,
+    }
+    for variable, name in LIMIT_VARIABLES.items():
+        text = environ.get(variable)
+        if not text:
+            continue
+        try:
+            if name == "memory_bytes":
+                values[name] = parse_size(text)
+            elif name == "pids":
+                values[name] = int(text)
+            else:
+                values[name] = float(text)
+        except (ValueError, argparse.ArgumentTypeError):
+            raise KnowgicError(f"{variable}={text!r} is not a valid {name.replace('_', ' ')}") from None
+    return SandboxLimits(**values)
 
 
 def _last_error_line(logs: str) -> str | None:
@@ -90,8 +120,8 @@ class ContainerExecutor:
 
     gpus: str = "auto"
     runner_image: str | None = None
-    edit_limits: SandboxLimits = field(default_factory=_default_limits)
-    score_limits: SandboxLimits = field(default_factory=_default_limits)
+    edit_limits: SandboxLimits = field(default_factory=default_limits)
+    score_limits: SandboxLimits = field(default_factory=default_limits)
     quota: str = "2G"
     model_cache: Path | None = None
     client: Any = None
@@ -161,6 +191,12 @@ class ContainerExecutor:
         # The model's caches (hashes, converted files) go to the tmpfs; downloaded models come read-only.
         environment = {"KNOWGIC_CACHE": "/tmp/knowgic-cache", "HF_HOME": "/cache/huggingface"}
         edit_cancel, score_cancel = threading.Event(), threading.Event()
+        # The score stage waits for the edit stage, so its clock covers both: the edit stage always reaches
+        # its own limit first, and the job's reason names the stage that ran out of time.
+        score_limits = replace(
+            self.score_limits,
+            timeout_seconds=self.edit_limits.timeout_seconds + self.score_limits.timeout_seconds,
+        )
 
         def run_edit() -> SandboxResult:
             try:
@@ -208,14 +244,14 @@ class ContainerExecutor:
                         "--out",
                         "/out",
                         "--timeout",
-                        f"{self.edit_limits.timeout_seconds:g}",
+                        f"{self.edit_limits.timeout_seconds + SCORE_GRACE_SECONDS:g}",
                     ],
                     mounts=[
                         *shared,
                         Mount(deltas, "/deltas", writable=True),
                         Mount(out, "/out", writable=True),
                     ],
-                    limits=self.score_limits,
+                    limits=score_limits,
                     gpus="all" if self.use_gpus else "none",
                     environment=environment,
                     labels={**labels, STAGE_LABEL: "score"},

@@ -42,6 +42,7 @@ MiB = 1 << 20
 # Seconds the in-container `timeout` waits beyond the host's limit: the host kills first when it is alive.
 IN_CONTAINER_GRACE_SECONDS = 30
 DEFAULT_USER = "10001:10001"  # the image's `knowgic` user (Dockerfile)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _FORK_REFUSED = re.compile(
     r"fork: (retry: )?Resource temporarily unavailable|BlockingIOError: \[Errno 11\]|"
     r"can't start new thread|\[Errno 11\] Resource temporarily unavailable"
@@ -179,7 +180,8 @@ class _LogReader:
         *lines, self._pending = self._pending.split(b"\n")
         for line in lines:
             with contextlib.suppress(Exception):  # a failing log sink must not stop the reading
-                self._on_line(line.decode("utf-8", "replace"))
+                # NUL and other control bytes would break a database's text column; a line is text.
+                self._on_line(_CONTROL.sub("", line.decode("utf-8", "replace")))
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)

@@ -1,0 +1,421 @@
+"""The runner end to end on a real Docker engine (marker ``container``): `knowgic runner submit` and
+`knowgic runner worker` with the container executor, on knowgic-tiny.
+
+- the README's custom editor, packaged as a submission, is scored in containers, its results land in the
+  store, and its metrics equal a plain local `knowgic evaluate` of the same editor;
+- hostile submissions (tests/data/submissions/hostile/) are each contained: FAILED with a reason that names
+  what happened, or FINISHED with the honest scores, and the host untouched;
+- an archive with `../` names is refused at submit;
+- a worker killed with SIGKILL mid-job: the next worker re-runs the job, and the store holds it once.
+
+The jobs of the hostile submissions run in one worker process (one per limit setting), so the images are
+built once and each case costs one short job.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from runner.queue import JobQueue, JobState
+from runner.store import ResultsStore
+
+pytestmark = pytest.mark.container
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO_ROOT / "examples" / "custom_editor"
+SUBMISSIONS = Path(__file__).resolve().parent / "data" / "submissions"
+LIMIT = 2  # benchmark cases per job: enough for two distinct edits, short enough for CI
+# Container limits of these tests (the worker reads them from the environment).
+SANDBOX_ENV = {
+    "KNOWGIC_SANDBOX_MEMORY": "3G",
+    "KNOWGIC_SANDBOX_PIDS": "256",
+    "KNOWGIC_SANDBOX_CPUS": "2",
+    "KNOWGIC_SANDBOX_TIMEOUT": "300",
+}
+
+
+def _cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """`knowgic ARGS` in a new process, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from knowgic.cli import main; sys.exit(main())", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _rank_one_package(folder: Path) -> None:
+    shutil.copytree(EXAMPLE / "knowgic_rank_one", folder / "knowgic_rank_one")
+    shutil.copy(EXAMPLE / "rank_one_ft.yaml", folder / "rank_one_ft.yaml")
+
+
+def _honest_submission(root: Path) -> Path:
+    folder = root / "rank-one"
+    folder.mkdir(parents=True)
+    _rank_one_package(folder)
+    shutil.copy(SUBMISSIONS / "rank-one" / "submission.yaml", folder / "submission.yaml")
+    return folder
+
+
+def _hostile_submission(root: Path, case: str, editor_class: str, hparams: dict[str, Any]) -> Path:
+    """The example package + hostile_editors.py, with a manifest naming ``editor_class``."""
+    folder = root / case
+    folder.mkdir(parents=True)
+    _rank_one_package(folder)
+    shutil.copy(SUBMISSIONS / "hostile" / "hostile_editors.py", folder / "hostile_editors.py")
+    manifest = {
+        "name": f"hostile-{case}",
+        "version": "0.0.1",
+        "authors": ["A hostile tester"],
+        "license": "MIT",
+        "editor": f"hostile_editors:{editor_class}",
+        "hparams": {"knowgic-tiny": hparams},
+        "models": ["knowgic-tiny"],
+        "protocols": ["logprob"],
+    }
+    (folder / "submission.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return folder
+
+
+def _submit(store: Path, folder: Path) -> str:
+    done = _cli("runner", "submit", str(folder), "--store", str(store), "--limit", str(LIMIT))
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if "\tPENDING\t" in line]
+    return line.split("\t")[0]
+
+
+def _work(store: Path, jobs: int, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    args = ["runner", "worker", "--store", str(store), "--gpus", "none", "--poll", "0.5"]
+    args += ["--once"] if jobs == 1 else ["--max-jobs", str(jobs)]
+    done = _cli(*args, env={**SANDBOX_ENV, **(env or {})})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done
+
+
+def _queue(store: Path) -> JobQueue:
+    return JobQueue(ResultsStore(store).queue_url())
+
+
+def _metric_values(metrics: Any, prefix: str = "") -> dict[str, float | None]:
+    """Every ``value`` in the metrics tree, by its path."""
+    values: dict[str, float | None] = {}
+    if isinstance(metrics, dict):
+        if "value" in metrics and not isinstance(metrics["value"], dict):
+            values[prefix] = metrics["value"]
+        for key, item in metrics.items():
+            if isinstance(item, dict):
+                values.update(_metric_values(item, f"{prefix}/{key}"))
+    return values
+
+
+def _assert_same_metrics(found: dict[str, Any], expected: dict[str, Any]) -> None:
+    a, b = _metric_values(found), _metric_values(expected)
+    assert a.keys() == b.keys() and len(a) > 5
+    for key in a:
+        if a[key] is None or b[key] is None:
+            assert a[key] == b[key], key
+        else:
+            assert math.isclose(a[key], b[key], rel_tol=0, abs_tol=1e-9), (key, a[key], b[key])
+
+
+@pytest.fixture(scope="module")
+def honest_run(runner_image: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The README's custom editor through `runner submit` + `runner worker --once`, and the same editor
+    with plain `knowgic evaluate`, each timed."""
+    root = tmp_path_factory.mktemp("honest")
+    store = root / "store"
+    folder = _honest_submission(root)
+    job_id = _submit(store, folder)
+    started = time.monotonic()
+    worker = _work(store, 1)
+    runner_seconds = time.monotonic() - started
+
+    started = time.monotonic()
+    local = _cli(
+        "evaluate",
+        "--model",
+        "knowgic-tiny",
+        "--editor",
+        "knowgic_rank_one.editor:RankOneFT",
+        "--hparams",
+        str(folder / "rank_one_ft.yaml"),
+        "--limit",
+        str(LIMIT),
+        "--out",
+        str(root / "local"),
+        env={"PYTHONPATH": str(folder)},
+    )
+    local_seconds = time.monotonic() - started
+    assert local.returncode == 0, local.stderr[-2000:]
+    print(
+        f"\nrunner job {runner_seconds:.1f} s (worker process, image cached), local knowgic evaluate "
+        f"{local_seconds:.1f} s: ratio {runner_seconds / local_seconds:.2f}"
+    )
+    return {
+        "store": store,
+        "job_id": job_id,
+        "worker": worker,
+        "local": json.loads((root / "local" / "results.json").read_text()),
+        "runner_seconds": runner_seconds,
+        "local_seconds": local_seconds,
+    }
+
+
+def test_the_custom_editor_runs_end_to_end_and_lands_in_the_store(honest_run: dict[str, Any]) -> None:
+    store, job_id = honest_run["store"], honest_run["job_id"]
+    job = _queue(store).get(job_id)
+    assert job.state == JobState.FINISHED, (job.reason, _queue(store).logs(job_id)[-3000:])
+    assert job.device == "cpu"
+    scan = ResultsStore(store).scan()
+    assert scan.skipped == []
+    (entry,) = scan.entries
+    assert entry.source == "verified" and entry.results_sha256 == job.results_sha256
+    document = entry.document
+    assert document["config"]["model"] == "knowgic-tiny" and document["config"]["limit"] == LIMIT
+    assert document["submission"]["name"] == "rank-one-ft"
+    assert document["submission"]["sha256"] == job.submission_sha256
+    assert document["runner"]["stages"] == "edit/score" and document["runner"]["deltas"] >= 1
+    log = _queue(store).logs(job_id)
+    assert "[runner] edit image knowgic-edit:" in log and "[score]" in log and "[edit]" in log
+
+
+def test_runner_metrics_equal_a_local_evaluate(honest_run: dict[str, Any]) -> None:
+    store = honest_run["store"]
+    (entry,) = ResultsStore(store).scan().entries
+    runner_doc, local_doc = entry.document, honest_run["local"]
+    _assert_same_metrics(runner_doc["metrics"], local_doc["metrics"])
+    assert [e["edit_id"] for e in runner_doc["per_edit"]] == [e["edit_id"] for e in local_doc["per_edit"]]
+
+
+def test_a_second_job_of_the_same_submission_reuses_its_image(
+    honest_run: dict[str, Any], tmp_path: Path
+) -> None:
+    store = honest_run["store"]
+    done = _cli("runner", "requeue", honest_run["job_id"], "--store", str(store))
+    # A FINISHED job is not requeued; submitting the same folder again gives a job of the same archive.
+    if done.returncode != 0:
+        folder = _honest_submission(tmp_path)
+        done = _cli("runner", "submit", str(folder), "--store", str(store), "--limit", "1")
+        assert done.returncode == 0, done.stderr
+    _work(store, 1)
+    jobs = _queue(store).jobs()
+    newest = max(jobs, key=lambda job: job.created_at)
+    assert newest.state == JobState.FINISHED, newest.reason
+    assert "(cached)" in _queue(store).logs(newest.job_id)
+
+
+HOSTILE_CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "network": ("NetworkEgress", {}),
+    "write": ("WriteOutside", {}),
+    "read": ("ReadHost", {}),
+    "fork": ("ForkBomb", {}),
+    "memory": ("MemoryBomb", {}),
+    "log-flood": ("LogFlood", {"layer": 1, "steps": 40, "lr": 0.5}),
+    "patch-scores": ("PatchScores", {"layer": 1, "steps": 40, "lr": 0.5}),
+    "delta-shape": ("ForgedDelta", {"forge": "shape"}),
+    "delta-nan": ("ForgedDelta", {"forge": "nan"}),
+    "delta-unknown": ("ForgedDelta", {"forge": "unknown"}),
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_run(runner_image: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every hostile case submitted to one store and run by one worker."""
+    root = tmp_path_factory.mktemp("hostile")
+    store = root / "store"
+    host_files = root / "host-files"
+    host_files.mkdir()
+    secret = host_files / "secret.txt"
+    secret.write_text("the host's secret\n")
+    host_paths = [str(secret), str(store / "queue.sqlite"), str(host_files / "new-file")]
+    jobs: dict[str, str] = {}
+    for case, (editor_class, hparams) in HOSTILE_CASES.items():
+        if case in ("write", "read"):
+            hparams = {**hparams, "host_paths": host_paths}
+        jobs[case] = _submit(store, _hostile_submission(root / "submissions", case, editor_class, hparams))
+    before = {path: path.stat().st_mtime_ns for path in host_files.iterdir()}
+    started = time.monotonic()
+    _work(store, len(jobs))
+    print(f"\n{len(jobs)} hostile jobs in {time.monotonic() - started:.1f} s")
+    queue = _queue(store)
+    return {
+        "store": store,
+        "jobs": {case: queue.get(job_id) for case, job_id in jobs.items()},
+        "logs": {case: queue.logs(job_id) for case, job_id in jobs.items()},
+        "host_files": host_files,
+        "host_before": before,
+        "secret": secret,
+    }
+
+
+def _failed(hostile_run: dict[str, Any], case: str) -> str:
+    job = hostile_run["jobs"][case]
+    assert job.state == JobState.FAILED, (case, job.state, hostile_run["logs"][case][-3000:])
+    assert job.reason and "\n" not in job.reason
+    return str(job.reason)
+
+
+def test_network_egress_is_blocked(hostile_run: dict[str, Any]) -> None:
+    reason = _failed(hostile_run, "network")
+    assert "egress blocked" in reason and "no DNS" in reason
+    assert "the edit stage (the submitted editor) exited with code" in reason
+
+
+def test_writes_outside_the_output_folder_are_refused(hostile_run: dict[str, Any]) -> None:
+    reason = _failed(hostile_run, "write")
+    assert "writes refused" in reason
+    assert reason.count("Read-only file system") >= 4
+    host_files = hostile_run["host_files"]
+    assert not (host_files / "new-file").exists()
+    assert hostile_run["secret"].read_text() == "the host's secret\n"
+    assert "tampered" not in (REPO_ROOT / "knowgic" / "metrics.py").read_text()
+
+
+def test_host_files_are_out_of_reach(hostile_run: dict[str, Any]) -> None:
+    reason = _failed(hostile_run, "read")
+    assert "host files unreachable (uid 10001, socket absent)" in reason
+
+
+def test_a_fork_bomb_is_contained(hostile_run: dict[str, Any]) -> None:
+    reason = _failed(hostile_run, "fork")
+    assert "hit its limit of 256 processes" in reason
+
+
+def test_a_memory_bomb_is_contained(hostile_run: dict[str, Any]) -> None:
+    reason = _failed(hostile_run, "memory")
+    assert "more than its memory limit of 3 GiB" in reason
+
+
+def test_a_log_flood_is_capped_and_the_run_scored(hostile_run: dict[str, Any]) -> None:
+    job = hostile_run["jobs"]["log-flood"]
+    assert job.state == JobState.FINISHED, job.reason
+    log = hostile_run["logs"]["log-flood"]
+    assert "flood" in log
+    assert len(log.encode()) <= 300 * 1024  # the queue keeps at most its log cap, however much was printed
+
+
+def test_patched_metrics_and_a_forged_results_file_do_not_reach_the_scores(
+    hostile_run: dict[str, Any], honest_run: dict[str, Any]
+) -> None:
+    job = hostile_run["jobs"]["patch-scores"]
+    assert job.state == JobState.FINISHED, job.reason
+    entries = {entry.entry_id: entry for entry in ResultsStore(hostile_run["store"]).scan().entries}
+    document = entries[job.job_id].document
+    # The same editor and hparams run honestly by plain `knowgic evaluate`: every metric equal.
+    _assert_same_metrics(document["metrics"], honest_run["local"]["metrics"])
+    assert document["metrics"]["ifr"]["value"] != 1.0
+
+
+@pytest.mark.parametrize(
+    ("case", "words"),
+    [
+        ("delta-shape", ("shape",)),
+        ("delta-nan", ("finite", "nan")),
+        ("delta-unknown", ("transformer.evil.weight",)),
+    ],
+)
+def test_forged_deltas_are_rejected_by_the_score_stage(
+    hostile_run: dict[str, Any], case: str, words: tuple[str, ...]
+) -> None:
+    reason = _failed(hostile_run, case)
+    assert reason.startswith("the score stage rejected the run:"), reason
+    assert any(word in reason.lower() for word in words), reason
+
+
+def test_the_host_is_untouched_and_no_container_is_left(
+    hostile_run: dict[str, Any], docker_client: Any
+) -> None:
+    host_files = hostile_run["host_files"]
+    after = {path: path.stat().st_mtime_ns for path in host_files.iterdir()}
+    assert after == hostile_run["host_before"]
+    assert docker_client.containers.list(all=True, filters={"label": "org.knowgic.job"}) == []
+    counted = sum(
+        1 for job in hostile_run["jobs"].values() if job.state in (JobState.FAILED, JobState.FINISHED)
+    )
+    assert counted == len(HOSTILE_CASES)
+
+
+def test_an_endless_loop_is_killed_at_the_timeout(runner_image: str, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    job_id = _submit(store, _hostile_submission(tmp_path, "loop", "EndlessLoop", {}))
+    started = time.monotonic()
+    _work(store, 1, env={"KNOWGIC_SANDBOX_TIMEOUT": "25"})
+    assert time.monotonic() - started < 120
+    job = _queue(store).get(job_id)
+    assert job.state == JobState.FAILED
+    assert job.reason is not None and "ran past its wall-clock limit of 25 s" in job.reason
+
+
+def test_an_archive_with_parent_paths_is_refused_at_submit(tmp_path: Path) -> None:
+    archive = tmp_path / "evil.tar.gz"
+    folder = _honest_submission(tmp_path)
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(folder, arcname="rank-one")
+        tar.add(folder / "submission.yaml", arcname="../escaped.yaml")
+    done = _cli("runner", "submit", str(archive), "--store", str(tmp_path / "store"))
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and ".." in done.stderr
+    assert not (tmp_path.parent / "escaped.yaml").exists()
+    assert not (tmp_path / "store" / "entries").exists() or not any(
+        (tmp_path / "store" / "entries").iterdir()
+    )
+
+
+def test_a_worker_killed_mid_job_is_replaced_without_loss_or_duplicate(
+    runner_image: str, tmp_path: Path, docker_client: Any
+) -> None:
+    store = tmp_path / "store"
+    folder = _hostile_submission(
+        tmp_path, "slow", "SlowHonest", {"layer": 1, "steps": 40, "lr": 0.5, "sleep": 8}
+    )
+    job_id = _submit(store, folder)
+    args = ["runner", "worker", "--store", str(store), "--gpus", "none", "--once", "--heartbeat", "1"]
+    first = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from knowgic.cli import main; sys.exit(main())", *args],
+        env={**os.environ, **SANDBOX_ENV},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:  # kill it once the editor runs in its container
+            if "[runner] running the edit and score stages" in _queue(store).logs(job_id):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the first worker never started the job's containers")
+        time.sleep(2)
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert _queue(store).get(job_id).state == JobState.RUNNING
+    assert docker_client.containers.list(all=True, filters={"label": f"org.knowgic.job={job_id}"})
+
+    time.sleep(3)  # past the grace period of the next worker: the dead worker's heartbeats have stopped
+    second = _cli(*args[:-2], "--heartbeat", "1", "--grace", "2", env=SANDBOX_ENV)
+    assert second.returncode == 0, second.stderr[-2000:]
+    job = _queue(store).get(job_id)
+    assert job.state == JobState.FINISHED, (job.reason, _queue(store).logs(job_id)[-2000:])
+    assert job.attempts >= 1
+    entries = [entry for entry in ResultsStore(store).scan().entries if entry.entry_id == job_id]
+    assert len(entries) == 1 and len(list((store / "results").iterdir())) == 1
+    assert "removed the containers of an earlier attempt" in _queue(store).logs(job_id)
+    assert docker_client.containers.list(all=True, filters={"label": f"org.knowgic.job={job_id}"}) == []
