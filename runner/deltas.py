@@ -298,7 +298,8 @@ class DeltaWriter:
             "tensors": f"{key}{TENSORS_SUFFIX}" if tensors else None,
             "tensor_names": sorted(tensors),
         }
-        sidecar_bytes = json.dumps(sidecar, ensure_ascii=False, allow_nan=False, default=str).encode("utf-8")
+        # NaN in an editor's info stays NaN, as knowgic evaluate writes it.
+        sidecar_bytes = json.dumps(sidecar, ensure_ascii=False, default=str).encode("utf-8")
         expected = (tensors_nbytes(tensors) + HEADER_ALLOWANCE_BYTES if tensors else 0) + len(sidecar_bytes)
         self._wait_for_room(expected)
         size = len(sidecar_bytes)

@@ -27,7 +27,9 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -614,20 +616,39 @@ def _stderr_log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _interrupt_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # a stopped container's stage still writes its ``failed`` marker
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is not threading.main_thread():
+        return _run_stage(args)
+    previous = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    try:
+        return _run_stage(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_stage(args: argparse.Namespace) -> int:
     interactive = sys.stderr.isatty()
     log = None if interactive else _stderr_log
     try:
-        spec = JobSpec.read(args.job)
         if args.stage == "edit":
-            if args.submission is not None and not Path(args.submission).is_dir():
-                raise KnowgicError(f"submission folder {args.submission} does not exist")
+            try:
+                spec = JobSpec.read(args.job)
+                if args.submission is not None and not Path(args.submission).is_dir():
+                    raise KnowgicError(f"submission folder {args.submission} does not exist")
+            except KnowgicError as exc:  # the score stage, waiting on the folder, must learn it too
+                _mark_failed(Path(args.out), str(exc))
+                raise
             summary = run_edit_stage(
                 spec, args.submission, args.out, args.quota, progress=interactive, log=log
             )
             print(json.dumps(asdict(summary)))
         else:
+            spec = JobSpec.read(args.job)
             path = run_score_stage(
                 spec,
                 args.deltas,
@@ -645,6 +666,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+def _mark_failed(deltas_dir: Path, reason: str) -> None:
+    with suppress(OSError):
+        deltas_dir.mkdir(parents=True, exist_ok=True)
+        if not os.path.lexists(deltas_dir / FAILED_MARKER):
+            DeltaWriter(deltas_dir, quota_bytes=1).failed(reason)
 
 
 def _main_entry() -> None:

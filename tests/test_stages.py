@@ -415,3 +415,10 @@ def test_unknown_mode_fails_before_the_model_loads(tmp_path) -> None:
     assert "unknown mode 'shuffled'" in (tmp_path / "deltas" / FAILED_MARKER).read_text()
     with pytest.raises(KnowgicError, match="unknown mode 'shuffled'"):
         run_score_stage(spec, tmp_path / "deltas", tmp_path / "results")
+
+
+def test_edit_stage_with_a_bad_job_marks_its_folder_failed(tmp_path) -> None:
+    """The score stage, already waiting on the folder, learns the reason instead of timing out."""
+    deltas = tmp_path / "deltas"
+    assert main(["edit", "--job", str(tmp_path / "missing.json"), "--out", str(deltas)]) == 2
+    assert "missing.json does not exist" in (deltas / FAILED_MARKER).read_text()
