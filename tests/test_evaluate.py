@@ -291,8 +291,13 @@ def test_outputs_have_normal_permissions(identity_run, tmp_path, umask: int) -> 
         results, plots = write_run_outputs(
             identity_run.document, tmp_path / "new" / "run", lambda f: write_plots(identity_run.document, f)
         )
-        # Into an existing folder too (files moved in one by one).
-        again, _ = write_run_outputs(identity_run.document, tmp_path / "new" / "run")
+        # Over the existing run too (--overwrite: the staged folder takes the old one's place).
+        again, _ = write_run_outputs(
+            identity_run.document,
+            tmp_path / "new" / "run",
+            lambda f: write_plots(identity_run.document, f),
+            overwrite=True,
+        )
     finally:
         os.umask(previous)
     assert results == again == tmp_path / "new" / "run" / "results.json"

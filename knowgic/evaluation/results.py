@@ -337,6 +337,8 @@ def write_run_outputs(
             return placed
         for name in names:
             os.replace(staging / name, out_dir / name)
+        for stale in set(RUN_FILE_NAMES) - {str(n) for n in names}:  # the old run's, this one has none
+            (out_dir / stale).unlink(missing_ok=True)
         staging.rmdir()
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
