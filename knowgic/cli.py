@@ -31,7 +31,12 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="knowgic", description="KnowGIC: deep knowledge-editing benchmark")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(
+        dest="command",
+        metavar="COMMAND",
+        parser_class=_Parser,
+        help="what to do (COMMAND --help: its options)",
+    )
     sub.required = True
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

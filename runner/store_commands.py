@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="add local runs to a results store, list what a store holds",
         description="The results store that the runner writes and the leaderboard reads.",
     )
-    sub = p.add_subparsers(dest="store_command", metavar="STORE_COMMAND")
+    sub = p.add_subparsers(dest="store_command", metavar="STORE_COMMAND", help="what to do with the store")
     sub.required = True
     add = sub.add_parser(
         "add",

@@ -95,7 +95,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add ``dataset``, ``validate`` and ``publish`` to the ``knowgic`` command line."""
     ds = subparsers.add_parser("dataset", help="where the dataset versions are, and what is in them")
-    ds_sub = ds.add_subparsers(dest="dataset_command", metavar="SUBCOMMAND")
+    ds_sub = ds.add_subparsers(dest="dataset_command", metavar="SUBCOMMAND", help="what to show")
     ds_sub.required = True
     p = ds_sub.add_parser(
         "path", help="print the folder of a dataset version (a Hugging Face dataset folder)"

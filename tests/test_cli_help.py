@@ -1,0 +1,65 @@
+"""Every command, option and positional of ``knowgic`` says what it is for in ``--help``."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+import pytest
+
+from knowgic.cli import build_parser
+
+
+def _walk(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, argparse.Action]]:
+    """(command path, action) for every action of ``parser`` and of its sub-commands, at any depth."""
+    for action in parser._actions:
+        yield path, action
+        if isinstance(action, argparse._SubParsersAction):
+            helped = {choice.dest: choice for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                # A sub-command's own help is the line `knowgic ... --help` lists it with.
+                yield f"{path} {name}", helped.get(name, argparse.Action([], name, help=None))
+                yield from _walk(sub, f"{path} {name}")
+
+
+def _name(action: argparse.Action) -> str:
+    return "/".join(action.option_strings) or action.metavar or action.dest
+
+
+def _missing_help() -> list[str]:
+    return [
+        f"{path}: {_name(action)}"
+        for path, action in _walk(build_parser(), "knowgic")
+        if action.help != argparse.SUPPRESS and not (action.help or "").strip()
+    ]
+
+
+def test_the_walk_reaches_every_level() -> None:
+    paths = {path for path, _ in _walk(build_parser(), "knowgic")}
+    assert {"knowgic evaluate", "knowgic dataset path", "knowgic store add"} <= paths
+    names = {_name(action) for _, action in _walk(build_parser(), "knowgic evaluate")}
+    assert {"--out", "--overwrite", "--model", "-h/--help"} <= names
+
+
+def test_a_missing_help_is_found() -> None:
+    parser = argparse.ArgumentParser(prog="x")
+    sub = parser.add_subparsers(dest="command", help="the command")
+    deeper = sub.add_parser("a", help="command a").add_subparsers(dest="inner", help="a's command")
+    deeper.add_parser("b", help="command b").add_argument("--bare")
+    found = [f"{path}: {_name(a)}" for path, a in _walk(parser, "x") if not (a.help or "").strip()]
+    assert found == ["x a b: --bare"]
+
+
+def test_every_option_and_positional_has_help() -> None:
+    missing = _missing_help()
+    assert not missing, "options without a help text:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize(
+    "command", [["evaluate"], ["sweep"], ["summarize"], ["validate"], ["dataset", "path"], ["store", "list"]]
+)
+def test_help_prints_without_error(capsys, command: list[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args([*command, "--help"])
+    assert info.value.code == 0
+    assert "usage: knowgic " + " ".join(command) in capsys.readouterr().out
