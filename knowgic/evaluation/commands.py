@@ -176,7 +176,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="print the Markdown table of runs written separately",
         description="One Markdown table (as `knowgic sweep` writes) from existing runs: results.json files, "
         "run folders or sweep folders. The runs must share model, dataset version, protocol, mode, limit, dtype, "
-        "device and seed.",
+        "device and seed. Rows come in sweep order; each value carries its 95% interval, the best of each "
+        "column is bold, and rows that a paired bootstrap over the edits cannot tell from it are marked ≈.",
     )
     m.add_argument(
         "results",
