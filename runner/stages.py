@@ -468,16 +468,18 @@ def run_score_stage(
     log: Callable[[str], None] | None = None,
     loaded: Any = None,
     plots: bool = True,
+    overwrite: bool = False,
 ) -> Path:
     """Score the edit stage's deltas on the pristine model and write ``results.json`` into ``out_dir``.
 
     Returns the path of results.json. Raises :class:`DeltaError` (the job's reason) when a delta is invalid,
     the edit stage failed or wrote nothing in ``timeout_seconds``. ``loaded`` reuses an already loaded
-    model (tests); it is left as it was found.
+    model (tests); it is left as it was found. A run already in ``out_dir`` is refused before any work
+    unless ``overwrite``.
     """
     from knowgic.editors.hparams import hparams_sha256
     from knowgic.evaluation.evaluate import evaluate
-    from knowgic.evaluation.results import check_writable, finalize, write_run_outputs
+    from knowgic.evaluation.results import check_no_run, check_writable, finalize, write_run_outputs
     from knowgic.models.loading import load_model
 
     started = time.perf_counter()
@@ -485,6 +487,7 @@ def run_score_stage(
     if not deltas_dir.is_dir():
         raise KnowgicError(f"deltas folder {deltas_dir} does not exist")
     check_writable(out_dir)
+    check_no_run(out_dir, overwrite)
     request = spec.request(editor=REPLAY_EDITOR)
     from knowgic.evaluation.evaluate import check_request
 
@@ -538,7 +541,7 @@ def run_score_stage(
         def write_extras(folder: Path) -> list[Path]:
             return write_plots(document, folder)
 
-    results_path, _ = write_run_outputs(document, out_dir, write_extras)
+    results_path, _ = write_run_outputs(document, out_dir, write_extras, overwrite=overwrite)
     return results_path
 
 
@@ -609,6 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for each delta of the edit stage (default 3600)",
     )
     score.add_argument("--no-plots", action="store_true", help="write results.json only")
+    score.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
     return parser
 
 
@@ -657,6 +661,7 @@ def _run_stage(args: argparse.Namespace) -> int:
                 progress=interactive,
                 log=log,
                 plots=not args.no_plots,
+                overwrite=args.overwrite,
             )
             print(path)
     except KnowgicError as exc:

@@ -303,10 +303,6 @@ class PatchingEditor(Editor):
         if "--out" in sys.argv:
             out = Path(sys.argv[sys.argv.index("--out") + 1])
             (out / "results.json").write_text(json.dumps(fake))
-        planted = os.environ.get("PLANT_RESULTS")
-        if planted:
-            Path(planted).mkdir(parents=True, exist_ok=True)
-            (Path(planted) / "results.json").write_text(json.dumps(fake))
         return EditHandle(info={"claimed_efficacy": 1.0})
 '''
 
@@ -355,12 +351,9 @@ def test_hostile_editor_cannot_change_the_scores(knowgic_tiny, tmp_path) -> None
     job = tmp_path / "job.json"
     job.write_text(spec.to_json())
     deltas, results = tmp_path / "deltas", tmp_path / "results"
-    edit = _run(
-        "edit", "--job", str(job), "--submission", str(submission), "--out", str(deltas),
-        env={**os.environ, "PLANT_RESULTS": str(results)},
-    )  # fmt: skip
+    edit = _run("edit", "--job", str(job), "--submission", str(submission), "--out", str(deltas))
     assert edit.returncode == 0, edit.stderr
-    assert (deltas / "results.json").exists() and (results / "results.json").exists()
+    assert (deltas / "results.json").exists()
     score = _run("score", "--job", str(job), "--deltas", str(deltas), "--out", str(results), "--no-plots")
     assert score.returncode == 0, score.stderr
     document = load_results(score.stdout.strip())
@@ -422,3 +415,14 @@ def test_edit_stage_with_a_bad_job_marks_its_folder_failed(tmp_path) -> None:
     deltas = tmp_path / "deltas"
     assert main(["edit", "--job", str(tmp_path / "missing.json"), "--out", str(deltas)]) == 2
     assert "missing.json does not exist" in (deltas / FAILED_MARKER).read_text()
+
+
+def test_score_stage_refuses_a_folder_holding_a_run_before_any_work(tmp_path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "results.json").write_text("{}")
+    (tmp_path / "deltas").mkdir()
+    spec = JobSpec(model="knowgic-tiny", editor="none", limit=1)
+    with pytest.raises(KnowgicError, match="already holds a run"):
+        run_score_stage(spec, tmp_path / "deltas", results, timeout_seconds=0.1)
+    assert (results / "results.json").read_text() == "{}"
