@@ -102,7 +102,9 @@ def jobs_frame(jobs: Sequence[Any]) -> pd.DataFrame:
     """The queue view: one row per job, newest first."""
     records = []
     for job in sorted(jobs, key=lambda j: j.created_at, reverse=True):
-        times = ", ".join(f"{state} {_fmt_seconds(s)}" for state, s in job.state_seconds.items() if s > 0)
+        times = ", ".join(
+            f"{str(state).lower()} {_fmt_seconds(s)}" for state, s in job.state_seconds.items() if s > 0
+        )
         records.append(
             {
                 "Job": job.job_id,
@@ -110,7 +112,7 @@ def jobs_frame(jobs: Sequence[Any]) -> pd.DataFrame:
                 "Model": job.model,
                 "Protocol": job.protocol,
                 "Mode": job.mode,
-                "State": str(job.state),
+                "State": str(job.state).lower(),
                 "Attempts": f"{job.attempts}/{job.max_attempts}",
                 "Time in each state": times or "–",
                 "Worker": job.worker or "–",
@@ -192,7 +194,7 @@ def build_app(
     def skipped_updates() -> tuple[Any, Any]:
         board = state.board
         return (
-            gr.Accordion(label=f"Skipped files ({len(board.skipped)})", open=bool(board.skipped) and False),
+            gr.Accordion(label=f"Skipped files ({len(board.skipped)})"),
             skipped_frame(board.skipped, store.root),
         )
 
@@ -306,7 +308,10 @@ def build_app(
         lines = [
             f"queued {len(jobs)} job(s) for {submission.name} {submission.version} (sha256 {submission.sha256[:12]}…):"
         ]
-        lines += [f"  {job.job_id}: {job.model} · {job.protocol} · {job.mode} · {job.state}" for job in jobs]
+        lines += [
+            f"  {job.job_id}: {job.model} · {job.protocol} · {job.mode} · {str(job.state).lower()}"
+            for job in jobs
+        ]
         return "\n".join(lines)
 
     def queue_table():
@@ -327,6 +332,15 @@ def build_app(
             *skipped_updates(),
             gr.Dropdown(choices=stored_models()),
             jobs,
+        )
+
+    def reload(search, *rest):
+        state.refresh()
+        return (
+            *render(search, *rest),
+            *filter_updates(),
+            *skipped_updates(),
+            gr.Dropdown(choices=stored_models()),
         )
 
     def csv_download(search, *rest):
@@ -433,8 +447,9 @@ def build_app(
                 )
                 row_ids = gr.State([])
                 with gr.Row():
+                    reload_button = gr.Button("Re-read the store now", size="sm", elem_id="kg-reload")
                     csv_button = gr.Button("Download the filtered table as CSV", size="sm", elem_id="kg-csv")
-                    csv_file = gr.File(label="CSV", interactive=False, elem_id="kg-csv-file")
+                    csv_file = gr.File(label="CSV", interactive=False, height=80, elem_id="kg-csv-file")
                 with gr.Accordion(
                     f"Skipped files ({len(state.board.skipped)})", open=False, elem_id="kg-skipped"
                 ) as skipped_box:
@@ -448,7 +463,7 @@ def build_app(
                         elem_id="kg-skipped-table",
                     )
             with gr.Tab("Plots", id="plots") as plots_tab:
-                plot_model = gr.Dropdown(label="Model", elem_id="kg-plot-model")
+                plot_model = gr.Dropdown(label="Model", allow_custom_value=True, elem_id="kg-plot-model")
                 gr.Markdown("Points and lines follow the table's search and filters.")
                 tradeoff_plot = gr.Plot(label="IFR against Preservation", elem_id="kg-tradeoff")
                 length_plot = gr.Plot(label="IFR by chain length", elem_id="kg-lengths")
@@ -465,7 +480,9 @@ def build_app(
                 )
                 heatmap = gr.Plot(label="Per-edit metrics", elem_id="kg-heatmap")
                 per_edit = gr.Dataframe(label="Per edit", interactive=False, wrap=True, elem_id="kg-per-edit")
-                edit_choice = gr.Dropdown(label="Chains of edit", elem_id="kg-edit-choice")
+                edit_choice = gr.Dropdown(
+                    label="Chains of edit", allow_custom_value=True, elem_id="kg-edit-choice"
+                )
                 chains = gr.Dataframe(
                     label="Chains (r before and after the edit)",
                     interactive=False,
@@ -483,9 +500,11 @@ def build_app(
                     "Two results of one model, side by side: B − A per metric, with a paired bootstrap interval."
                 )
                 with gr.Row():
-                    compare_model = gr.Dropdown(label="Model", elem_id="kg-compare-model")
-                    compare_a = gr.Dropdown(label="A", elem_id="kg-compare-a")
-                    compare_b = gr.Dropdown(label="B", elem_id="kg-compare-b")
+                    compare_model = gr.Dropdown(
+                        label="Model", allow_custom_value=True, elem_id="kg-compare-model"
+                    )
+                    compare_a = gr.Dropdown(label="A", allow_custom_value=True, elem_id="kg-compare-a")
+                    compare_b = gr.Dropdown(label="B", allow_custom_value=True, elem_id="kg-compare-b")
                 compare_button = gr.Button("Compare", elem_id="kg-compare-button")
                 compare_message = gr.Textbox(
                     label="Comparison", lines=3, interactive=False, elem_id="kg-compare-message"
@@ -539,6 +558,13 @@ def build_app(
         prev_page.click(step(-1), table_inputs, table_outputs, api_name=False, show_progress="hidden")
         next_page.click(step(+1), table_inputs, table_outputs, api_name=False, show_progress="hidden")
         csv_button.click(csv_download, table_inputs[:-1], csv_file, api_name="csv")
+        reload_button.click(
+            reload,
+            table_inputs,
+            [*table_outputs, *filters, skipped_box, skipped, compare_model],
+            api_name="reload",
+            show_progress="hidden",
+        )
 
         detail_outputs = [
             detail_header,

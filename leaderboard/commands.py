@@ -11,15 +11,15 @@ DEFAULT_REFRESH_SECONDS = 5.0  # leaderboard.app's default; not imported from th
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from leaderboard.app import build_app, launch_app, resolve_store
-
-    store = resolve_store(args.store)
-    if args.store is not None and not store.is_dir():
-        raise KnowgicError(f"results store {store} does not exist (fill one with `knowgic store add`)")
+    if args.store is not None and not args.store.is_dir():  # checked before importing gradio (seconds)
+        raise KnowgicError(f"results store {args.store} does not exist (fill one with `knowgic store add`)")
     if args.port is not None and not 0 < args.port < 65536:
         raise KnowgicError(f"--port {args.port} is not a TCP port (1-65535)")
     if args.refresh <= 0:
         raise KnowgicError(f"--refresh {args.refresh} must be a positive number of seconds")
+    from leaderboard.app import build_app, launch_app, resolve_store
+
+    store = resolve_store(args.store)
     app = build_app(
         store, queue_url=args.db, include_reported=not args.no_reported, refresh_seconds=args.refresh
     )

@@ -72,8 +72,8 @@ def tradeoff_figure(frame: pd.DataFrame, model: str) -> go.Figure:
     for (editor, source), group in rows.groupby(["editor", "source"], sort=True):
         figure.add_trace(
             go.Scatter(
-                x=group["ifr"],
-                y=group["preservation"],
+                x=group["ifr"].tolist(),
+                y=group["preservation"].tolist(),
                 mode="markers",
                 name=_plain(f"{editor} ({source})"),
                 legendgroup=_plain(editor),
@@ -122,7 +122,7 @@ def length_figure(frame: pd.DataFrame, model: str) -> go.Figure:
         figure.add_trace(
             go.Scatter(
                 x=list(CHAIN_LENGTHS),
-                y=[None if pd.isna(best[c]) else best[c] for c in columns],
+                y=[None if pd.isna(best[c]) else float(best[c]) for c in columns],
                 mode="lines+markers",
                 name=_plain(f"{editor} ({source})"),
                 line={"color": colours[editor], "dash": "dot" if source == "reported" else "solid"},

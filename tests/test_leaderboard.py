@@ -1,0 +1,485 @@
+"""The leaderboard, through its API (gradio_client against a launched app) and its pure parts.
+
+The store holds real runs of ``evaluate`` on knowgic-tiny (three editors), one verified run whose
+submission manifest carries markup (a script tag, a javascript: link), and bad files of every kind the
+skipped panel must list.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from knowgic.cli import main
+from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
+from knowgic.evaluation.results import content_sha256
+from runner.store import ResultsStore, local_entry_id
+
+EDITORS = ("none", "ice", "rome")
+SCRIPT = "<script>alert('owned')</script>"
+JS_LINK = "javascript:alert(1)"
+UPLOAD_LIMIT = 512 * 1024
+
+
+@dataclass
+class LeaderboardFixture:
+    root: Path
+    store: ResultsStore
+    runs: dict[str, Path]  # editor -> results.json written by evaluate
+    entries: dict[str, str]  # editor (or "verified") -> entry id
+    forged_entry: str
+    spare_run: Path  # a real run not yet in the store (added by the tests that watch the refresh)
+    archive: Path  # a valid submission archive (.tar.gz)
+
+
+def write_submission(folder: Path, name: str = "scripted-editor") -> Path:
+    """A valid submission whose free text carries markup that must never run."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "my_editor.py").write_text(
+        "from knowgic.editors.base import Editor\n\n\nclass MyEditor(Editor):\n    pass\n", encoding="utf-8"
+    )
+    manifest = {
+        "name": name,
+        "version": "1.0.0",
+        "authors": [f"{SCRIPT} Mallory"],
+        "license": "MIT",
+        "description": f"{SCRIPT} [click me]({JS_LINK}) <img src=x onerror=alert(2)>",
+        "paper": "https://example.org/paper",
+        "editor": "my_editor:MyEditor",
+        "hparams": {"knowgic-tiny": {"layers": [0]}},
+        "models": ["knowgic-tiny"],
+        "protocols": ["logprob"],
+    }
+    (folder / "submission.yaml").write_text(json.dumps(manifest), encoding="utf-8")  # JSON is YAML
+    archive = folder.parent / f"{name}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(folder.iterdir()):
+            tar.add(path, arcname=path.name)
+    return archive
+
+
+def build_leaderboard_store(root: Path, knowgic_tiny: Any) -> LeaderboardFixture:
+    """Fill a store with real runs, one verified run with a hostile manifest, and bad files."""
+    runs = {}
+    for editor in EDITORS:
+        request = EvaluationRequest(
+            model="knowgic-tiny", editor=editor, limit=2, out_dir=root / "runs" / editor
+        )
+        runs[editor] = evaluate(request, progress=False, loaded=knowgic_tiny).results_path
+    spare = evaluate(
+        EvaluationRequest(model="knowgic-tiny", editor="none", limit=1, out_dir=root / "runs" / "spare"),
+        progress=False,
+        loaded=knowgic_tiny,
+    ).results_path
+    store = ResultsStore(root / "store", verified_cache=root / "cache")
+    entries = {editor: store.add_local(path, label=f"{editor} run").entry_id for editor, path in runs.items()}
+
+    archive = write_submission(root / "submission")
+    hostile_manifest = json.loads((root / "submission" / "submission.yaml").read_text(encoding="utf-8"))
+    hostile_manifest["paper"] = JS_LINK  # a forged entry could carry anything: it must never become a link
+    job = {"job_id": "job-scripted-1", "model": "knowgic-tiny", "state": "finished"}
+    # The verified run re-uses the ICE run's results: the store records it as a second, verified entry.
+    entries["verified"] = store.add_verified(
+        runs["ice"], archive_path=archive, manifest=hostile_manifest, job=job
+    ).entry_id
+
+    # Bad files, each of which the skipped panel must list with its reason.
+    store.entries_dir.joinpath("broken.json").write_text("{not json", encoding="utf-8")
+    forged = json.loads(runs["rome"].read_text(encoding="utf-8"))
+    forged["metrics"]["ifr"]["value"] = 0.0  # a better IFR than the run had, hash left as it was
+    fake_sha = content_sha256({**forged, "config": {**forged["config"], "seed": 99}})
+    forged["sha256"] = fake_sha
+    store.results_path(fake_sha).write_text(json.dumps(forged), encoding="utf-8")
+    forged_entry = local_entry_id(fake_sha)
+    record = json.loads(store.entry_path(entries["rome"]).read_text(encoding="utf-8"))
+    record.update(entry_id=forged_entry, results_sha256=fake_sha)
+    store.entry_path(forged_entry).write_text(json.dumps(record), encoding="utf-8")
+    dangling = dict(record, entry_id="local-dangling", results_sha256="0" * 64)
+    store.entry_path("local-dangling").write_text(json.dumps(dangling), encoding="utf-8")
+    store.entries_dir.joinpath("unreadable.json").mkdir()
+    return LeaderboardFixture(root, store, runs, entries, forged_entry, spare, archive)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def board_store(knowgic_tiny, tmp_path_factory) -> LeaderboardFixture:
+    return build_leaderboard_store(tmp_path_factory.mktemp("leaderboard"), knowgic_tiny)
+
+
+@pytest.fixture(scope="module")
+def served(board_store):
+    """The app launched on a free port, and a gradio_client connected to it."""
+    from gradio_client import Client
+
+    from leaderboard.app import build_app, launch_app
+
+    app = build_app(board_store.store.root, upload_limit_bytes=UPLOAD_LIMIT, refresh_seconds=1.0)
+    app.leaderboard_state.store._cache_root = board_store.root / "cache"
+    port = free_port()
+    launch_app(app, host="127.0.0.1", port=port, block=False, quiet=True)
+    try:
+        yield app, Client(f"http://127.0.0.1:{port}/", verbose=False)
+    finally:
+        app.close()
+
+
+ALL_COLUMNS = [
+    "model",
+    "editor",
+    "protocol",
+    "mode",
+    "dataset",
+    "source",
+    "ifr",
+    "preservation",
+    "efficacy",
+    "generalization",
+    "specificity",
+    "deep_editing_score",
+    "active_chains",
+    "links",
+    "row_id",
+]
+
+
+def table(
+    client,
+    search="",
+    editors=(),
+    sources=(),
+    sort="deep_editing_score",
+    order="descending",
+    columns=None,
+    page=1,
+):
+    result = client.predict(
+        search,
+        [],
+        list(editors),
+        [],
+        [],
+        [],
+        list(sources),
+        sort,
+        order,
+        columns or ALL_COLUMNS,
+        page,
+        api_name="/table",
+    )
+    frame = result[0]["value"] if "value" in result[0] else result[0]
+    return frame["headers"], frame["data"], result[1]
+
+
+def _doc(board_store, editor) -> dict[str, Any]:
+    return json.loads(board_store.runs[editor].read_text(encoding="utf-8"))
+
+
+def _column(headers, rows, name) -> list[Any]:
+    i = headers.index(name)
+    return [r[i] for r in rows]
+
+
+def _ids(headers, rows) -> list[str]:
+    return [cell.split(">")[1].split("<")[0] for cell in _column(headers, rows, "Id")]
+
+
+# -- pure parts -----------------------------------------------------------------------------------------
+def test_pareto_front_keeps_points_no_other_point_beats() -> None:
+    from leaderboard.plots import pareto_front
+
+    points = [(0.5, 0.9), (0.3, 0.8), (0.6, 0.95), (0.4, 0.7), (0.3, 0.6), (0.7, 0.9)]
+    assert pareto_front(points) == [(0.3, 0.8), (0.5, 0.9), (0.6, 0.95)]
+    assert pareto_front([]) == []
+
+
+def test_only_http_links_are_kept() -> None:
+    from leaderboard.table import links_html, safe_url
+
+    assert safe_url("https://arxiv.org/abs/2202.05262") == "https://arxiv.org/abs/2202.05262"
+    for bad in (
+        JS_LINK,
+        "JAVASCRIPT:alert(1)",
+        "data:text/html,x",
+        'https://x.org/"onmouseover=alert(1)',
+        None,
+        3,
+    ):
+        assert safe_url(bad) is None
+    assert links_html(JS_LINK, "vbscript:x") == "–"
+
+
+def test_reported_rows_are_the_authors_ifr_and_preservation_only() -> None:
+    from leaderboard.table import METRICS, reported_rows
+
+    rows = reported_rows()
+    assert len(rows) == 15 and {r.model for r in rows} == {"GPT2-XL", "Llama-3-8B", "Qwen2.5-7B"}
+    gpt2_rome = next(r for r in rows if r.model == "GPT2-XL" and r.editor == "rome")
+    assert gpt2_rome.metrics["ifr"].value == pytest.approx(0.279)
+    assert gpt2_rome.metrics["preservation"].value == pytest.approx(0.7521367521367521)
+    for key, _ in METRICS:
+        if key not in ("ifr", "preservation"):
+            cell = gpt2_rome.metrics[key]
+            assert cell.value is None and "not reported" in cell.reason
+            assert 'title="not reported' in cell.html(None) and ">–<" in cell.html(None)
+
+
+def test_cli_refuses_a_missing_store(tmp_path, capsys) -> None:
+    assert main(["leaderboard", "--store", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "nowhere" in err and "does not exist" in err
+
+
+# -- the launched app ----------------------------------------------------------------------------------
+def test_table_shows_stored_and_reported_rows_sorted_by_deep_editing_score(served, board_store) -> None:
+    _, client = served
+    headers, rows, status = table(client)
+    assert "IFR n=1" not in headers  # IFR by length is hidden by default
+    ids = _ids(headers, rows)
+    assert set(board_store.entries.values()) <= set(ids)
+    assert board_store.forged_entry not in ids and "local-dangling" not in ids
+    assert status.startswith(f"{4 + 15} result(s) match")
+    # Stored runs first (the reported rows have no score), in decreasing score.
+    scores = {e: _doc(board_store, e)["metrics"]["deep_editing_score"]["value"] for e in EDITORS}
+    expected = sorted(EDITORS, key=lambda e: (-scores[e], board_store.entries[e]))  # ties: by id
+    stored = [i for i in ids if not i.startswith("reported-")]
+    assert [i for i in stored if i != board_store.entries["verified"]] == [
+        board_store.entries[e] for e in expected
+    ]
+    # A metric cell: value, interval and n, from results.json.
+    rome = _doc(board_store, "rome")["metrics"]["ifr"]
+    cell = rows[ids.index(board_store.entries["rome"])][headers.index("IFR")]
+    assert f"{rome['value']:.3f}" in cell and f"n={rome['n']}" in cell
+    assert f"[{rome['interval'][0]:.2f}, {rome['interval'][1]:.2f}]" in cell
+    # Undefined: "–" with the reason on hover, never 0.
+    reported = rows[ids.index("reported-gpt2-xl-rome")]
+    assert 'class="kg-undefined"' in reported[headers.index("Efficacy")]
+    assert "0.000" not in reported[headers.index("Efficacy")]
+
+
+def test_filter_search_sort_and_columns(served, board_store) -> None:
+    _, client = served
+    headers, rows, status = table(client, editors=["rome"])
+    assert set(_column(headers, rows, "Editor")) == {"rome"} and status.startswith("4 result(s)")
+    headers, rows, _ = table(client, editors=["rome"], sources=["local"])
+    assert _ids(headers, rows) == [board_store.entries["rome"]]
+    headers, rows, _ = table(client, search="llama-3 AlphaEdit")
+    assert _ids(headers, rows) == ["reported-llama-3-8b-alphaedit"]
+    headers, rows, _ = table(client, sources=["local"], sort="ifr", order="ascending")
+    ifrs = {board_store.entries[e]: _doc(board_store, e)["metrics"]["ifr"]["value"] for e in EDITORS}
+    assert _ids(headers, rows) == sorted(ifrs, key=ifrs.get)
+    headers, rows, _ = table(client, columns=["model", "editor", "ifr_len_3", "row_id"])
+    assert headers == ["Model", "Editor", "IFR n=3", "Id"]
+
+
+def test_pages_cover_every_row_once(board_store) -> None:
+    from leaderboard.table import Board, TableQuery
+
+    board = Board(board_store.store.scan())
+    pages = [board.page(TableQuery(page=n, page_size=4)) for n in range(1, 7)]
+    assert [p.pages for p in pages] == [5] * 6 and pages[-1].page == 5  # past the end: the last page
+    seen = [i for p in pages[:5] for i in p.row_ids]
+    assert len(seen) == len(set(seen)) == pages[0].total == 19
+
+
+def test_csv_has_the_filtered_rows_with_every_number(served, board_store) -> None:
+    _, client = served
+    path = client.predict(
+        "", [], ["rome", "ice"], [], [], [], ["local"], "ifr", "ascending", ALL_COLUMNS, api_name="/csv"
+    )
+    frame = pd.read_csv(path)
+    assert frame["row_id"].tolist()[0] in {board_store.entries["ice"], board_store.entries["rome"]}
+    assert set(frame["editor"]) == {"rome", "ice"} and len(frame) == 2
+    rome = frame[frame["editor"] == "rome"].iloc[0]
+    doc = _doc(board_store, "rome")["metrics"]
+    assert rome["ifr"] == pytest.approx(doc["ifr"]["value"]) and rome["ifr_n"] == doc["ifr"]["n"]
+    assert rome["ifr_low"] == pytest.approx(doc["ifr"]["interval"][0])
+    assert rome["ifr_len_1"] == pytest.approx(doc["ifr_by_length"]["1"]["value"])
+
+
+def test_detail_view_of_a_run(served, board_store) -> None:
+    _, client = served
+    entry = board_store.entries["rome"]
+    doc = _doc(board_store, "rome")
+    header, metrics, heatmap, per_edit, _edits, chains, config, provenance, environment, download = (
+        client.predict(entry, api_name="/detail")
+    )
+    assert "knowgic-tiny · rome" in header and f"?result={entry}" in header
+    metric_rows = {r[0]: r for r in metrics["data"]}
+    assert metric_rows["IFR"][1] == f"{doc['metrics']['ifr']['value']:.4f}"
+    assert metric_rows["IFR n=1"][2] == doc["metrics"]["ifr_by_length"]["1"]["n"]
+    assert len(per_edit["data"]) == len(doc["per_edit"])
+    first = doc["per_edit"][0]["edit_id"]
+    expected = [c for c in doc["chains"] if c["edit_id"] == first]
+    assert [r[0] for r in chains["data"]] == [c["case_id"] for c in expected]
+    assert chains["data"][0][3] == pytest.approx(round(expected[0]["r_pre"], 4))
+    assert chains["data"][0][4] == pytest.approx(round(expected[0]["r_post"], 4))
+    assert config["hparams_sha256"] == doc["config"]["hparams_sha256"] and config["hparams"]
+    assert provenance["results_sha256"] == doc["sha256"] and provenance["dataset"] == doc["dataset"]
+    assert environment == doc["environment"]
+    assert Path(download).read_bytes() == board_store.runs["rome"].read_bytes()
+    assert json.loads(heatmap["plot"])["data"][0]["type"] == "heatmap"
+    second = doc["per_edit"][1]["edit_id"]
+    chains2 = client.predict(entry, second, api_name="/chains")
+    assert [r[0] for r in chains2["data"]] == [c["case_id"] for c in doc["chains"] if c["edit_id"] == second]
+
+
+def test_submitter_text_is_shown_as_text_never_markup(served, board_store) -> None:
+    _, client = served
+    entry = board_store.entries["verified"]
+    header, *_rest, provenance, _env, _download = client.predict(entry, api_name="/detail")
+    assert "<script" not in header and "&lt;script&gt;" in header
+    assert "<img" not in header and "&lt;img" in header
+    assert 'href="javascript' not in header.lower() and JS_LINK in header  # shown, as text only
+    assert provenance["store_entry"]["manifest"]["paper"] == JS_LINK  # the JSON viewer shows it as text
+    headers, rows, _ = table(client, search="job-scripted")
+    assert len(rows) == 1
+    links = rows[0][headers.index("Paper / code")]
+    assert "javascript" not in links.lower()
+    # The reported rows and plots escape names too (plotly reads a few tags in its texts).
+    from leaderboard.plots import tradeoff_figure
+    from leaderboard.table import Board, TableQuery
+
+    board = Board(board_store.store.scan())
+    frame = board.select(TableQuery())
+    frame.loc[frame.index[0], "editor"] = SCRIPT
+    figure = tradeoff_figure(frame, frame.iloc[0]["model"])
+    assert "<script" not in json.dumps(figure.to_plotly_json())
+
+
+def test_detail_of_a_reported_row_and_an_unknown_id(served) -> None:
+    _, client = served
+    header, metrics, *_ = client.predict("reported-qwen2-5-7b-alphaedit", api_name="/detail")
+    assert "Qwen2.5-7B · alphaedit" in header and "IFR and Preservation only" in header
+    values = {r[0]: r[1] for r in metrics["data"]}
+    assert values["IFR"] == "0.3910" and values["Efficacy"] == "–"
+    header, *_ = client.predict("no-such-run", api_name="/detail")
+    assert "No result with id" in header
+
+
+def test_compare_two_runs_of_one_model(served, board_store) -> None:
+    from knowgic.uncertainty import compare_results
+
+    _, client = served
+    a, b = board_store.entries["none"], board_store.entries["rome"]
+    message, metrics, edits = client.predict(a, b, api_name="/compare")
+    assert "paired" in message
+    expected = {d.metric: d for d in compare_results(_doc(board_store, "none"), _doc(board_store, "rome"))}
+    rows = {r[0]: r for r in metrics["data"]}
+    ifr = expected["ifr"]
+    assert rows["IFR"][5] == f"{ifr.difference:+.4f}"
+    assert rows["IFR"][6] == f"[{ifr.low:+.4f}, {ifr.high:+.4f}]"
+    assert len(edits["data"]) == len(_doc(board_store, "rome")["per_edit"])
+    message, metrics, _ = client.predict(a, "reported-gpt2-xl-rome", api_name="/compare")
+    assert "different models" in message and metrics["data"] == []
+
+
+def test_skipped_panel_lists_every_bad_file_with_its_reason(served, board_store) -> None:
+    _app, client = served
+    result = client.predict(
+        "", [], [], [], [], [], [], "deep_editing_score", "descending", ALL_COLUMNS, 1, api_name="/reload"
+    )
+    skipped = next(r for r in result if isinstance(r, dict) and r.get("headers") == ["File", "Reason"])
+    reasons = {row[0]: row[1] for row in skipped["data"]}
+    assert "not valid JSON" in reasons["entries/broken.json"]
+    assert "does not match its content" in reasons[f"entries/{board_store.forged_entry}.json"]
+    assert "missing" in reasons["entries/local-dangling.json"]
+    assert "cannot read" in reasons["entries/unreadable.json"]
+
+
+def test_submit_validates_queues_and_the_queue_view_shows_the_job(served, board_store, tmp_path) -> None:
+    from gradio_client import handle_file
+
+    _, client = served
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(b"this is not a gzip file")
+    message = client.predict(handle_file(str(bad)), api_name="/submit")
+    assert message.startswith("error:") and "\n" not in message
+    invalid = write_submission(tmp_path / "invalid", name="Bad Name")
+    message = client.predict(handle_file(str(invalid)), api_name="/submit")
+    assert message.startswith("error:") and "name" in message and "\n" not in message
+    too_big = tmp_path / "big.tar.gz"
+    too_big.write_bytes(b"\0" * (UPLOAD_LIMIT + 1))
+    with pytest.raises(Exception, match=r"(?i)size|large|limit|413"):
+        client.predict(handle_file(str(too_big)), api_name="/submit")
+
+    message = client.predict(handle_file(str(board_store.archive)), api_name="/submit")
+    assert message.startswith("queued 1 job(s) for scripted-editor 1.0.0"), message
+    jobs = client.predict(api_name="/queue")
+    row = dict(zip(jobs["headers"], jobs["data"][0], strict=True))
+    assert row["State"] == "pending" and row["Model"] == "knowgic-tiny" and row["Attempts"].startswith("0/")
+    assert row["Submission"] == "scripted-editor 1.0.0"
+
+
+def test_new_results_appear_without_a_restart(served, board_store) -> None:
+    app, client = served
+    entry = board_store.store.add_local(board_store.spare_run).entry_id
+    try:
+        result = client.predict(
+            "", [], [], [], [], [], [], "deep_editing_score", "descending", ALL_COLUMNS, 1, api_name="/reload"
+        )
+        frame = result[0]["value"] if "value" in result[0] else result[0]
+        assert entry in json.dumps(frame["data"])
+        assert any(t.__class__.__name__ == "Timer" for t in app.blocks.values())
+    finally:
+        board_store.store.entry_path(entry).unlink()
+
+
+def test_plots_follow_the_filters(served, board_store) -> None:
+    _, client = served
+    _model, tradeoff, lengths = client.predict(
+        "knowgic-tiny",
+        "",
+        [],
+        [],
+        [],
+        [],
+        [],
+        ["local"],
+        "deep_editing_score",
+        "descending",
+        ALL_COLUMNS,
+        api_name="/plots",
+    )
+    data = json.loads(tradeoff["plot"])["data"]
+    names = {trace["name"] for trace in data}
+    assert {"none (local)", "ice (local)", "rome (local)", "trade-off frontier"} <= names
+    points = [(x, y) for t in data if t["mode"] == "markers" for x, y in zip(t["x"], t["y"], strict=True)]
+    docs = [_doc(board_store, e)["metrics"] for e in EDITORS]
+    assert sorted(points) == sorted((d["ifr"]["value"], d["preservation"]["value"]) for d in docs)
+    line_data = json.loads(lengths["plot"])["data"]
+    rome = next(t for t in line_data if t["name"] == "rome (local)")
+    by_length = _doc(board_store, "rome")["metrics"]["ifr_by_length"]
+    expected = [by_length[str(n)]["value"] if str(n) in by_length else None for n in range(1, 6)]
+    assert [
+        None if v is None or (isinstance(v, float) and math.isnan(v)) else pytest.approx(v) for v in rome["y"]
+    ] == expected
+    model, tradeoff, _ = client.predict(
+        "GPT2-XL",
+        "",
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        "deep_editing_score",
+        "descending",
+        ALL_COLUMNS,
+        api_name="/plots",
+    )
+    assert (
+        model["value"] == "GPT2-XL" and len(json.loads(tradeoff["plot"])["data"]) == 6
+    )  # 5 editors + frontier
