@@ -466,6 +466,37 @@ class JobQueue:
                 self._owned(connection, job_id, worker_id)
             return self._job(self._row(connection, job_id), now)
 
+    def retry(self, job_id: str, worker_id: str, reason: str) -> Job:
+        """A fault of the worker's host (not of the submission): the attempt counts, and the job goes back
+        to PENDING for another worker, or FAILED once ``attempts == max_attempts``."""
+        with self._transaction() as connection:
+            row = self._owned(connection, job_id, worker_id)
+            now = time.time()
+            attempts = row.attempts + 1
+            guard = _jobs.c.worker == worker_id
+            if attempts >= row.max_attempts:
+                final = (
+                    f"{reason} (attempt {attempts} of {row.max_attempts}, so the job is failed: fix the worker "
+                    f"hosts, then `knowgic runner requeue {job_id}`)"
+                )
+                self._transition(
+                    connection, row, JobState.FAILED, now, guard=guard, attempts=attempts, reason=_clip(final)
+                )
+            else:
+                self._transition(
+                    connection,
+                    row,
+                    JobState.PENDING,
+                    now,
+                    guard=guard,
+                    attempts=attempts,
+                    worker=None,
+                    heartbeat_at=None,
+                    device=None,
+                )
+            self._append(connection, job_id, f"[queue] {reason}; attempt {attempts} of {row.max_attempts}\n")
+            return self._job(self._row(connection, job_id), now)
+
     def release(self, job_id: str, worker_id: str, note: str) -> Job:
         """A stopping worker hands its job back: PENDING again, without counting an attempt."""
         with self._transaction() as connection:

@@ -24,6 +24,7 @@ import gzip
 import hashlib
 import io
 import os
+import re
 import shutil
 import stat
 import tarfile
@@ -459,6 +460,35 @@ def _check_editor_module(manifest: dict[str, Any], root: Path, shown: str) -> No
     )
 
 
+# A model the sandbox can load: an offline model name or a hub id (owner/name); a path on the worker host
+# means nothing inside the container.
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def _check_models(manifest: dict[str, Any], shown: str) -> None:
+    for index, model in enumerate(manifest["models"]):
+        if not _MODEL_ID.match(model) or ".." in model:
+            raise SubmissionError(
+                f"{shown} field models/{index}: {model!r} is not a hub id (owner/name) or an offline model name; "
+                "a submission cannot name files of the machine that runs it"
+            )
+
+
+def _check_requirements(manifest: dict[str, Any], shown: str) -> None:
+    """Each requirement is one PEP 508 specifier: no pip options (``-r``, ``--index-url``, ``-e``)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for index, text in enumerate(manifest.get("requirements") or []):
+        where = f"{shown} field requirements/{index}"
+        if text.lstrip().startswith("-"):
+            raise SubmissionError(f"{where}: {text!r} is a pip option; list package requirements only")
+        try:
+            Requirement(text)
+        except InvalidRequirement as exc:
+            reason = " ".join(str(exc).split())
+            raise SubmissionError(f"{where}: {text!r} is not a requirement specifier ({reason})") from None
+
+
 def _check_manifest(manifest: dict[str, Any], root: Path, shown: str) -> dict[str, Any]:
     """Semantic checks the schema cannot express; returns the manifest with defaults filled."""
     from knowgic.dataset.versions import available_versions, latest_version
@@ -472,6 +502,8 @@ def _check_manifest(manifest: dict[str, Any], root: Path, shown: str) -> dict[st
             f"{shown} field dataset_version: {filled['dataset_version']!r} is not a dataset version of this "
             f"benchmark (known: {', '.join(available_versions())})"
         )
+    _check_models(filled, shown)
+    _check_requirements(filled, shown)
     for key, value in filled["hparams"].items():
         if isinstance(value, str):
             _resolve_inside(root, value, f"{shown} field hparams/{key}", "hparams file")

@@ -14,6 +14,11 @@ For each claimed job::
     store.put_results + store.add_verified(job record, archive)    # entry id = job id: stored once
     queue.finish(job, results sha256)
 
+An executor raises :class:`JobFailure` when the submission is at fault: the job is FAILED with that
+reason. Any other exception is a fault of this host (the container engine went away, the disk is full):
+the attempt counts, the job goes back to PENDING for another worker (FAILED after ``max_attempts``), and
+this worker stops with :class:`WorkerFault` rather than failing job after job.
+
 SIGTERM or SIGINT stops the worker: the current job goes back to PENDING (no attempt counted) and the
 worker exits. A worker killed outright (SIGKILL, power loss) stops sending heartbeats; another worker's
 :meth:`~runner.queue.JobQueue.recover_stale` gives the job back after the grace period. When the dead
@@ -67,6 +72,13 @@ class WorkerStopped(BaseException):
     """Raised in the main thread by SIGTERM/SIGINT while a job runs or the worker waits.
 
     A BaseException, so that an executor's ``except Exception`` does not swallow it."""
+
+
+class WorkerFault(KnowgicError):
+    """This worker's host failed while running a job (not the submission): the job was handed back
+    (the attempt counts) and the worker stops, so that a broken host does not fail the whole queue."""
+
+    exit_code = 1
 
 
 class JobTakenAway(BaseException):
@@ -350,13 +362,17 @@ def run_job(
             except JobTakenAway:
                 log(f"[worker] run abandoned: {heartbeat.lost}")
                 return queue.get(job.job_id)
-            except Exception as exc:  # a fault of this host, recorded on the job
+            except Exception as exc:  # a fault of this host: the job goes back, this worker stops
                 log(traceback.format_exc())
-                reason = f"the worker failed while handling the job: {type(exc).__name__}: {exc}"
+                reason = f"worker {worker_id} failed while handling the job: {type(exc).__name__}: {exc}"
                 try:
-                    return queue.fail(job.job_id, worker_id, reason)
+                    state = queue.retry(job.job_id, worker_id, reason).state
                 except JobLost:
-                    return queue.get(job.job_id)
+                    state = queue.get(job.job_id).state
+                raise WorkerFault(
+                    f"{reason}; job {job.job_id} is now {state} and this worker stops: fix this host "
+                    "(`knowgic runner logs` has the traceback), then start the worker again"
+                ) from exc
     finally:
         log.flush()
         if not keep_workdir:

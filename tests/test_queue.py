@@ -110,6 +110,20 @@ def test_release_hands_the_job_back_without_counting_an_attempt(queue: JobQueue,
     assert "released by worker w1: SIGTERM" in queue.logs(job.job_id)
 
 
+def test_retry_counts_the_attempt_of_a_host_fault(queue_url: str, tmp_path: Path) -> None:
+    queue = JobQueue(queue_url, max_attempts=2)
+    [job] = queue.enqueue(fake_submission(tmp_path))
+    queue.claim("w1")
+    back = queue.retry(job.job_id, "w1", "disk full")
+    assert (back.state, back.attempts, back.worker) == (JobState.PENDING, 1, None)
+    with pytest.raises(JobLost):
+        queue.retry(job.job_id, "w1", "disk full")  # no longer its job
+    queue.claim("w2")
+    failed = queue.retry(job.job_id, "w2", "engine gone")
+    assert (failed.state, failed.attempts) == (JobState.FAILED, 2)
+    assert failed.reason.startswith("engine gone (attempt 2 of 2, so the job is failed")
+
+
 def test_stale_jobs_go_back_to_pending_then_fail_after_max_attempts(queue_url: str, tmp_path: Path) -> None:
     queue = JobQueue(queue_url, max_attempts=2)
     [job] = queue.enqueue(fake_submission(tmp_path))
@@ -219,6 +233,40 @@ def test_claims_never_double_across_processes(queue_url: str, tmp_path: Path) ->
     for i, out in enumerate(outputs):
         for job_id in out:
             assert queue.get(job_id).worker == f"p{i}" and queue.logs(job_id) == f"p{i}"
+
+
+OPENER = textwrap.dedent(
+    """
+    import pathlib, sys, time
+    from runner.queue import JobQueue
+    barrier, workers = pathlib.Path(sys.argv[2]), int(sys.argv[3])
+    (barrier / sys.argv[4]).touch()
+    while len(list(barrier.iterdir())) < workers:
+        time.sleep(0.01)
+    JobQueue(sys.argv[1])  # creates the tables, or finds them
+    """
+)
+
+
+def test_many_processes_open_a_new_database_at_once(queue_url: str, tmp_path: Path) -> None:
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPENER, queue_url, str(barrier), "4", f"p{i}"],
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO_ROOT,
+        )
+        for i in range(4)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    queue = JobQueue(queue_url)
+    assert queue.counts()["PENDING"] == 0
+    queue.enqueue(fake_submission(tmp_path))
+    assert queue.counts()["PENDING"] == 1
 
 
 def test_logs_are_capped_keeping_the_newest(queue: JobQueue, tmp_path: Path) -> None:

@@ -34,7 +34,9 @@ from tests.test_queue import (  # noqa: F401 - the SQLite scenarios (and their q
     test_fail_requeue_cancel,
     test_heartbeats_keep_a_job,
     test_logs_are_capped_keeping_the_newest,
+    test_many_processes_open_a_new_database_at_once,
     test_release_hands_the_job_back_without_counting_an_attempt,
+    test_retry_counts_the_attempt_of_a_host_fault,
     test_stale_jobs_go_back_to_pending_then_fail_after_max_attempts,
     test_tables_carry_a_schema_version,
 )

@@ -171,6 +171,17 @@ def test_yaml_problems_name_line_and_column(tmp_path: Path, text: str, expected:
         ({"hparams": {"knowgic-tiny": "/etc/passwd"}}, "must be a relative path inside"),
         ({"hparams": {"llama": {"layer": 1}}}, "hparams has no entry for model 'knowgic-tiny'"),
         ({"editor": "nowhere.mod:Editor"}, None),  # the folder has a pyproject.toml: installed at build
+        (
+            {"models": ["knowgic-tiny", "/srv/models/gpt2"]},
+            "field models/1: '/srv/models/gpt2' is not a hub id",
+        ),
+        ({"models": ["../x"]}, "field models/0: '../x' is not a hub id"),
+        ({"requirements": ["--index-url=http://evil/"]}, "field requirements/0: .* is a pip option"),
+        (
+            {"requirements": ["numpy>=1.26", "not a requirement!"]},
+            "field requirements/1: .* is not a requirement",
+        ),
+        ({"requirements": ["numpy>=1.26", "einops[x]==0.8.0 ; python_version >= '3.10'"]}, None),
     ],
 )
 def test_manifest_problems_are_one_line_naming_the_field(

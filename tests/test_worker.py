@@ -23,7 +23,7 @@ from knowgic.evaluation.results import content_sha256
 from runner.queue import Job, JobQueue, JobState
 from runner.store import ResultsStore
 from runner.submission import submit
-from runner.worker import JobFailure, check_results, run_worker
+from runner.worker import JobFailure, WorkerFault, check_results, run_worker
 from tests.test_submission import MANIFEST, make_submission
 
 
@@ -199,13 +199,23 @@ def test_a_job_failure_is_recorded_with_its_reason(setup) -> None:
     assert "[test] about to fail" in queue.logs(job.job_id)
 
 
-def test_a_fault_of_the_worker_fails_the_job_with_a_traceback_in_the_log(setup) -> None:
+def test_a_fault_of_the_host_hands_the_job_back_and_stops_the_worker(setup) -> None:
     store, queue, job = setup
-    _run(store, queue, FailingExecutor(RuntimeError("docker daemon went away")))
+    broken = FailingExecutor(RuntimeError("docker daemon went away"))
+    for attempt in (1, 2):
+        with pytest.raises(WorkerFault, match=f"job {job.job_id} is now PENDING and this worker stops"):
+            _run(store, queue, broken)
+        back = queue.get(job.job_id)
+        assert (back.state, back.attempts, back.worker) == (JobState.PENDING, attempt, None)
+    with pytest.raises(WorkerFault, match="is now FAILED"):
+        _run(store, queue, broken)
     failed = queue.get(job.job_id)
-    assert failed.state == JobState.FAILED
-    assert failed.reason == "the worker failed while handling the job: RuntimeError: docker daemon went away"
-    assert "Traceback" in queue.logs(job.job_id)
+    assert failed.state == JobState.FAILED and failed.attempts == 3
+    assert failed.reason.startswith(
+        "worker w1 failed while handling the job: RuntimeError: docker daemon went away"
+    )
+    assert "attempt 3 of 3" in failed.reason and "knowgic runner requeue" in failed.reason
+    assert queue.logs(job.job_id).count("Traceback") == 3
 
 
 def test_a_missing_results_file_fails_the_job(setup, tmp_path: Path) -> None:
