@@ -426,3 +426,14 @@ def test_score_stage_refuses_a_folder_holding_a_run_before_any_work(tmp_path) ->
     with pytest.raises(KnowgicError, match="already holds a run"):
         run_score_stage(spec, tmp_path / "deltas", results, timeout_seconds=0.1)
     assert (results / "results.json").read_text() == "{}"
+
+
+@pytest.mark.slow
+def test_bench_split_measures_the_three_runs_and_they_agree(capsys) -> None:
+    from runner.bench_split import main as bench
+
+    assert bench(["--editor", "rome", "--limit", "2", "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["metrics_agree"] is True and figures["deltas"] == 2
+    assert figures["peak_bytes_streaming"] <= figures["delta_bytes_written"] / 2 * 1.01
+    assert figures["split_then_seconds"] > 0 and figures["plain_seconds"] > 0
