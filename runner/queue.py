@@ -337,13 +337,25 @@ class JobQueue:
             for protocol in manifest["protocols"]
             for mode in manifest.get("modes") or ["independent"]
         ]
-        ids: list[str] = []
+        ids = [job_id_for(submission.name, submission.version, key) for key in keys]
+        for attempt in range(3):
+            try:
+                self._insert_jobs(submission, keys, ids, limit)
+                break
+            except sa.exc.IntegrityError:
+                # The same submission enqueued at the same moment elsewhere (PostgreSQL): look again.
+                if attempt == 2:
+                    raise
+        return [self.get(job_id) for job_id in ids]
+
+    def _insert_jobs(
+        self, submission: Submission, keys: list[dict[str, Any]], ids: list[str], limit: int | None
+    ) -> None:
+        manifest = submission.manifest
         with self._transaction() as connection:
             seq = connection.execute(sa.select(sa.func.coalesce(sa.func.max(_jobs.c.seq), 0))).scalar_one()
             now = time.time()
-            for key in keys:
-                job_id = job_id_for(submission.name, submission.version, key)
-                ids.append(job_id)
+            for key, job_id in zip(keys, ids, strict=True):
                 exists = connection.execute(sa.select(_jobs.c.job_id).where(_jobs.c.job_id == job_id)).first()
                 if exists is not None:
                     continue
@@ -372,7 +384,6 @@ class JobQueue:
                         log_dropped=0,
                     )
                 )
-        return [self.get(job_id) for job_id in ids]
 
     def get(self, job_id: str) -> Job:
         with self._transaction() as connection:
