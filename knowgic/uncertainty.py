@@ -41,6 +41,9 @@ and for a metric that is itself undefined.
 Paired comparison (:func:`compare_results`): both runs' metrics are computed on the *same* resampled
 edits and the interval is that of the differences :math:`\theta^{B*}_k - \theta^{A*}_k`; it is far
 narrower than the two marginal intervals suggest when both runs are hard or easy on the same edits.
+:func:`paired_resamples` does this for any number of comparable runs at once, and
+:func:`compare_with_best` tests every run against the best one on a metric (the marks of the tables of
+``knowgic sweep`` and ``knowgic summarize``).
 """
 
 from __future__ import annotations
