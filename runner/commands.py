@@ -203,7 +203,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="The runner: submitted editors run in sandboxed containers and are scored by the "
         "project's own code; jobs wait in a queue (SQLite beside the store, or PostgreSQL for many hosts).",
     )
-    sub = p.add_subparsers(dest="runner_command", metavar="RUNNER_COMMAND")
+    sub = p.add_subparsers(dest="runner_command", metavar="RUNNER_COMMAND", help="what to do")
     sub.required = True
 
     s = sub.add_parser(
