@@ -55,8 +55,11 @@ if TYPE_CHECKING:
 STAGE_COMMAND = ("python3", "-m", "runner.stages")
 JOB_LABEL = "org.knowgic.job"
 STAGE_LABEL = "org.knowgic.stage"
-# Seconds the score stage may keep running once the edit stage has failed (it sees the `failed` marker).
+# Seconds the score stage may keep running once the edit stage has failed (it sees the `failed` marker and
+# stops by itself), and seconds the edit stage may take to exit once the score stage has ended (the
+# editor's process may still be winding down after it wrote its marker): past these, the stage is killed.
 SCORE_GRACE_SECONDS = 60.0
+EDIT_GRACE_SECONDS = 30.0
 _ERROR_LINE = re.compile(r"^(error: .*|[A-Za-z_.]*(Error|Exception|Interrupt)\b.*)$")
 
 
@@ -227,7 +230,7 @@ class ContainerExecutor:
                 # The score stage waits for deltas until a marker says the edit stage is over.
                 if not (deltas / DONE_MARKER).exists() and not (deltas / FAILED_MARKER).exists():
                     (deltas / FAILED_MARKER).write_text("the edit stage ended without finishing\n")
-                score_deadline.append(time.monotonic() + SCORE_GRACE_SECONDS)
+                edit_ended.append(time.monotonic())
 
         def run_score() -> SandboxResult:
             try:
@@ -259,19 +262,26 @@ class ContainerExecutor:
                     cancel=score_cancel,
                 )
             finally:
-                edit_cancel.set()  # the scores are final (or failed): the editor has nothing left to do
+                score_ended.append(time.monotonic())
 
-        score_deadline: list[float] = []
+        edit_ended: list[float] = []
+        score_ended: list[float] = []
         started = time.monotonic()
         log(f"[runner] running the edit and score stages on {self.device}")
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"job-{job.job_id[:12]}") as pool:
             try:
                 edit_future, score_future = pool.submit(run_edit), pool.submit(run_score)
-                while not score_future.done():
-                    if score_deadline and time.monotonic() > score_deadline[0] and edit_future.done():
-                        edit_result = edit_future.result()
-                        if not edit_result.ok:
-                            score_cancel.set()
+                while not (score_future.done() and edit_future.done()):
+                    now = time.monotonic()
+                    if (
+                        edit_ended
+                        and now > edit_ended[0] + SCORE_GRACE_SECONDS
+                        and not score_future.done()
+                        and (edit_future.exception() is not None or not edit_future.result().ok)
+                    ):
+                        score_cancel.set()  # the edit stage failed; the score stage has had its grace
+                    if score_ended and now > score_ended[0] + EDIT_GRACE_SECONDS and not edit_future.done():
+                        edit_cancel.set()  # the scores are final (or failed): the editor has nothing left to do
                     time.sleep(0.2)
                 edit_result, score_result = edit_future.result(), score_future.result()
             finally:  # also when the worker is stopped: both containers go

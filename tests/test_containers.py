@@ -278,9 +278,10 @@ def test_network_egress_is_blocked(hostile_run: dict[str, Any]) -> None:
 
 
 def test_writes_outside_the_output_folder_are_refused(hostile_run: dict[str, Any]) -> None:
-    reason = _failed(hostile_run, "write")
+    reason = _failed(hostile_run, "write")  # FAILED: the editor raises only when no write went through
     assert "writes refused" in reason
-    assert reason.count("Read-only file system") >= 4
+    refused = next(line for line in hostile_run["logs"]["write"].splitlines() if "writes refused" in line)
+    assert refused.count("Read-only file system") >= 5, refused
     host_files = hostile_run["host_files"]
     assert not (host_files / "new-file").exists()
     assert hostile_run["secret"].read_text() == "the host's secret\n"
