@@ -43,6 +43,7 @@ from runner.images import (
     default_runner_image,
     ensure_docker,
     image_id,
+    remove_stale_edit_images,
 )
 from runner.sandbox import EndReason, GiB, Mount, SandboxLimits, SandboxResult, resolve_gpus, run_sandboxed
 from runner.stages import JobSpec, parse_size
@@ -135,6 +136,7 @@ class ContainerExecutor:
         if self.client is None:
             self.client = ensure_docker()
         self.runner_image_id = image_id(self.client, self.runner_image)  # fails now, with how to build it
+        remove_stale_edit_images(self.client, self.runner_image_id)
 
     @property
     def device(self) -> str:

@@ -466,3 +466,20 @@ def build_edit_image(
         _stream_build(client, context, tag=tag, buildargs={}, labels=labels, log=log)  # type: ignore[arg-type]
     image = client.images.get(tag)
     return BuiltImage(tag, str(image.id), True, time.monotonic() - started, dict(image.labels or {}))
+
+
+def remove_stale_edit_images(client: docker.DockerClient, runner_image_id: str) -> list[str]:
+    """Remove the edit images built FROM an earlier runner image (they are never used again); returns
+    their tags. Images a running container uses stay."""
+    docker = _docker_module()
+    removed: list[str] = []
+    for image in client.images.list(filters={"label": "org.knowgic.runner-image"}):
+        if (image.labels or {}).get("org.knowgic.runner-image") == runner_image_id:
+            continue
+        for tag in image.tags:
+            try:
+                client.images.remove(tag, noprune=False)
+                removed.append(tag)
+            except docker.errors.APIError:  # in use by a container, or already gone
+                pass
+    return removed
