@@ -11,7 +11,11 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from knowgic.clip import clip
 from knowgic.errors import KnowgicError
+
+ERROR_LIMIT = 4000
+"""Characters of an error line at most (a message listing many problems, each quoted briefly, fits)."""
 
 COMMAND_MODULES = (
     "knowgic.dataset.commands",  # dataset path, validate, publish
@@ -49,7 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except KnowgicError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # A bounded message, whatever the input quoted in it.
+        print(f"error: {clip(str(exc), ERROR_LIMIT)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

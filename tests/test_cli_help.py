@@ -63,3 +63,13 @@ def test_help_prints_without_error(capsys, command: list[str]) -> None:
         build_parser().parse_args([*command, "--help"])
     assert info.value.code == 0
     assert "usage: knowgic " + " ".join(command) in capsys.readouterr().out
+
+
+def test_an_error_message_is_bounded(capsys, tmp_path) -> None:
+    """Whatever a message quotes (here a 1 MB editor name), the error printed stays a bounded line."""
+    from knowgic.cli import ERROR_LIMIT, main
+
+    code = main(["evaluate", "--model", "knowgic-tiny", "--editor", "x" * 1_000_000])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1
+    assert len(err) <= ERROR_LIMIT + 40 and "chars]…" in err
