@@ -517,6 +517,10 @@ def run_score_stage(
             "hparams_sha256": hparams_sha256(hparams),
         }
     )
+    # A replayed edit's seconds would be the copy of its tensors, not the editor's work, which no trusted
+    # code observes per edit: left unknown rather than reported as something else.
+    for record in document["per_edit"]:
+        record["seconds"] = None
     document["submission"] = {
         "name": spec.submission_name or spec.editor,
         "version": spec.submission_version or None,

@@ -118,6 +118,7 @@ def test_split_equals_evaluate(knowgic_tiny, tmp_path, editor: str, mode: str) -
         "editor": editor,
         "hparams_sha256": hparams_sha256(spec.hparams),
     }
+    assert all(record["seconds"] is None for record in document["per_edit"])  # not the editor's time
     expected_deltas = 1 if mode == "sequential" else LIMIT
     assert document["runner"]["deltas"] == expected_deltas and document["runner"]["stages"] == "edit/score"
     if editor == "ice":  # in-context: no tensors at all, only sidecars
