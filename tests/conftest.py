@@ -103,3 +103,22 @@ def knowgic_tiny():
     from knowgic.models.loading import load_model
 
     return load_model("knowgic-tiny")
+
+
+@pytest.fixture(scope="session")
+def evaluated_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real results.json: ``knowgic evaluate`` of ``ft`` on knowgic-tiny, first edit only (the runner's
+    worker tests hand it back from their executors)."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("evaluate")
+    subprocess.run(
+        [
+            *(sys.executable, "-m", "knowgic.cli", "evaluate", "--model", "knowgic-tiny", "--editor", "ft"),
+            *("--limit", "1", "--protocol", "logprob", "--mode", "independent", "--out", str(out)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return out / "results.json"

@@ -41,7 +41,6 @@ from tests.test_queue import (  # noqa: F401 - the SQLite scenarios (and their q
     test_tables_carry_a_schema_version,
 )
 from tests.test_submission import MANIFEST, make_submission
-from tests.test_worker import evaluated_results  # noqa: F401 - the session fixture, shared
 
 pytestmark = pytest.mark.postgres
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -142,7 +141,7 @@ def test_the_server_is_postgresql(queue_url: str) -> None:
 def test_worker_processes_drain_one_database(
     queue_url: str,
     tmp_path: Path,
-    evaluated_results: Path,  # noqa: F811
+    evaluated_results: Path,
 ) -> None:
     """Several ``knowgic runner worker --drain`` processes on one database: every job run once, none lost."""
     store = ResultsStore(tmp_path / "store")

@@ -1,16 +1,14 @@
 """The worker loop with real executors written here: a real results.json is checked, stored once, finished.
 
 The executors below stand in for the container executor (whose own tests need a Docker engine): one hands
-back a real ``results.json`` made by ``knowgic evaluate --limit 1`` on knowgic-tiny (run once per session),
-the others fail in the ways a worker must handle.
+back a real ``results.json`` made by ``knowgic evaluate --limit 1`` on knowgic-tiny (``evaluated_results``
+in conftest.py, run once per session), the others fail in the ways a worker must handle.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,21 +23,6 @@ from runner.store import ResultsStore
 from runner.submission import submit
 from runner.worker import JobFailure, WorkerFault, check_results, run_worker
 from tests.test_submission import MANIFEST, make_submission
-
-
-@pytest.fixture(scope="session")
-def evaluated_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real results.json: ``knowgic evaluate`` of ``ft`` on knowgic-tiny, first edit only."""
-    out = tmp_path_factory.mktemp("evaluate")
-    subprocess.run(
-        [
-            *(sys.executable, "-m", "knowgic.cli", "evaluate", "--model", "knowgic-tiny", "--editor", "ft"),
-            *("--limit", "1", "--protocol", "logprob", "--mode", "independent", "--out", str(out)),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return out / "results.json"
 
 
 class CopyResultsExecutor:

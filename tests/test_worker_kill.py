@@ -23,7 +23,6 @@ from runner.queue import Job, JobQueue, JobState
 from runner.store import ResultsStore
 from runner.submission import submit
 from tests.test_submission import MANIFEST, make_submission
-from tests.test_worker import evaluated_results  # noqa: F401 - the session fixture, shared
 
 THIS_FILE = Path(__file__).resolve()
 REPO_ROOT = THIS_FILE.parent.parent
@@ -61,7 +60,7 @@ def queued(tmp_path: Path) -> tuple[ResultsStore, JobQueue, Job]:
     return store, queue, job
 
 
-def test_a_worker_killed_mid_job_loses_nothing(queued, evaluated_results: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_a_worker_killed_mid_job_loses_nothing(queued, evaluated_results: Path, tmp_path: Path) -> None:
     store, queue, job = queued
     first = start_worker(store.root, "doomed", evaluated_results, 60.0, "--grace", "1.5", "--once")
     try:
@@ -88,7 +87,7 @@ def test_a_worker_killed_mid_job_loses_nothing(queued, evaluated_results: Path, 
     assert "worker doomed stopped sending heartbeats" in log and "rescuer runs attempt 2 of 3" in log
 
 
-def test_sigterm_hands_the_job_back(queued, evaluated_results: Path) -> None:  # noqa: F811
+def test_sigterm_hands_the_job_back(queued, evaluated_results: Path) -> None:
     store, queue, job = queued
     worker = start_worker(store.root, "polite", evaluated_results, 60.0, "--once")
     try:
