@@ -55,7 +55,8 @@ KEY_PATTERN = r"^(edit-[0-9]{4,6}-[0-9a-f]{12}|sequential)$"
 EDIT_ID_PATTERN = r"^[0-9a-f]{12}$"
 # Bounds of what the trusted side reads from the untrusted one.
 MAX_SIDECAR_BYTES = 8 << 20
-MAX_PREFIX_CHARS = 1 << 20
+MAX_PREFIX_CHARS = 100_000
+MAX_INFO_BYTES = 64 << 10
 MAX_REASON_CHARS = 2000
 # safetensors' JSON header and alignment on top of the raw tensor bytes.
 HEADER_ALLOWANCE_BYTES = 1 << 20
@@ -476,6 +477,13 @@ class DeltaReader:
             raise DeltaError(
                 f"delta sidecar {sidecar_path.name} is for mode {sidecar['mode']!r}, the job's is {mode!r}"
             )
+        for entry in sidecar["edits"]:
+            size = len(json.dumps(entry["info"], ensure_ascii=False).encode("utf-8"))
+            if size > MAX_INFO_BYTES:
+                raise DeltaError(
+                    f"delta sidecar {sidecar_path.name}: the info of edit {entry['edit_id']} has {size} bytes of "
+                    f"JSON, more than the limit of {MAX_INFO_BYTES}"
+                )
         ids = [e["edit_id"] for e in sidecar["edits"]]
         if expected_ids is not None and ids != list(expected_ids):
             raise DeltaError(

@@ -258,10 +258,18 @@ def test_oversized_delta_is_refused(model, tmp_path) -> None:
         (lambda s: s.update(format="pickle"), "breaks the delta schema at /format"),
         (lambda s: s["edits"][0].update(edit_id="../../x"), "breaks the delta schema at /edits/0/edit_id"),
         (lambda s: s.update(extra=1), "breaks the delta schema at /"),
+        (
+            lambda s: s["edits"][0].update(prompt_prefix="x" * 100_001),
+            "breaks the delta schema at /edits/0/prompt_prefix",
+        ),
+        (
+            lambda s: s["edits"][0].update(info={"log": "x" * 70_000}),
+            "the info of edit 0123456789ab has 70011 bytes",
+        ),
         (lambda s: s.update(mode="sequential"), "is for mode 'sequential', the job's is 'independent'"),
         (lambda s: s.update(key="edit-0001-0123456789ab"), "claims key 'edit-0001-0123456789ab'"),
     ],
-    ids=["format", "edit-id", "extra-field", "mode", "key"],
+    ids=["format", "edit-id", "extra-field", "prefix-size", "info-size", "mode", "key"],
 )
 def test_malformed_sidecar_is_refused(model, tmp_path, change, message: str) -> None:
     key = _write(tmp_path, _edited(model))
