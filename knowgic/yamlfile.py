@@ -21,6 +21,34 @@ class YamlError(KnowgicError):
     """A YAML text that cannot be parsed; the message is one line naming where and why."""
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last silently,
+    so ``layers: [0]`` ... ``layers: [5]`` would run with layer 5 without a word)."""
+
+
+def _construct_unique_mapping(loader: UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: dict[Any, yaml.Node] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: merged keys may be overridden
+            continue
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            first = seen.setdefault(key, key_node)
+        except TypeError:  # an unhashable key: the base constructor reports it
+            break
+        if first is not key_node:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"key {clip(str(key), 80)!r} appears twice (first on line {first.start_mark.line + 1})",
+                key_node.start_mark,
+            )
+    return loader.construct_mapping(node, deep=deep)
+
+
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
 def _at(mark: Any, line_offset: int) -> str:
     return f"line {mark.line + 1 + line_offset}, column {mark.column + 1}"
 
@@ -48,13 +76,13 @@ def describe_yaml_error(exc: yaml.YAMLError, line_offset: int = 0, text: str | N
 
 
 def parse_yaml(text: str, where: str, line_offset: int = 0) -> Any:
-    """Parse ``text`` with ``yaml.safe_load``; raise :class:`YamlError` naming ``where`` when it is broken.
+    """Parse ``text`` as ``yaml.safe_load`` does; raise :class:`YamlError` naming ``where`` when it is broken.
 
-    Besides syntax errors this turns into one line what PyYAML's constructors raise on values such as the
-    date 2020-02-30, and nesting too deep to parse.
+    Besides syntax errors this turns into one line a key given twice in one mapping, what PyYAML's
+    constructors raise on values such as the date 2020-02-30, and nesting too deep to parse.
     """
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:
         raise YamlError(f"{where} is not valid YAML: {describe_yaml_error(exc, line_offset, text)}") from None
     except RecursionError:

@@ -72,6 +72,11 @@ def test_a_huge_value_in_hparams_is_quoted_briefly(capsys, tmp_path: Path) -> No
         ("v_lr: 0.5\n  layers: [5]\n", "line 2, column 9", "mapping values are not allowed here"),
         ('v_lr: "0.5\n', "line 2, column 1", "found unexpected end of stream"),
         ("v_lr: 0.5\nlayers:\t\x07\n", "line 2, column 9", "special characters are not allowed"),
+        (
+            "layers: [0]\nv_lr: 0.5\nlayers: [3]\n",
+            "line 3, column 1",
+            "key 'layers' appears twice (first on line 1)",
+        ),
     ],
 )
 def test_malformed_hparams_yaml_gives_line_and_column(
@@ -118,3 +123,20 @@ def test_parse_yaml_errors_are_one_bounded_line() -> None:
         parse_yaml("created: 2020-02-30\n", "a file")
     with pytest.raises(YamlError, match=r"^a file is nested too deeply to read$"):
         parse_yaml("[" * 5000 + "]" * 5000, "a file")
+
+
+def test_merge_keys_still_work() -> None:
+    text = "base: &base {v_lr: 0.5, layers: [0]}\nrun:\n  <<: *base\n  layers: [1]\n"
+    assert parse_yaml(text, "a file")["run"] == {"v_lr": 0.5, "layers": [1]}
+
+
+def test_every_shipped_yaml_file_reads() -> None:
+    """The helper refuses keys given twice: no file the package ships has one."""
+    from knowgic.editors.hparams import HPARAMS_DIR
+    from knowgic.paths import spec_dir
+    from knowgic.yamlfile import read_yaml
+
+    files = sorted(HPARAMS_DIR.rglob("*.yaml")) + sorted(spec_dir().rglob("*.yaml"))
+    assert len(files) > 20
+    for path in files:
+        read_yaml(path)
