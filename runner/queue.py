@@ -430,7 +430,7 @@ class JobQueue:
     def _owned(self, connection: Connection, job_id: str, worker_id: str) -> Any:
         row = self._row(connection, job_id)
         if row.state != JobState.RUNNING or row.worker != worker_id:
-            holder = f" on worker {row.worker}" if row.worker else ""
+            holder = f" on worker {row.worker}" if row.state == JobState.RUNNING else ""
             raise JobLost(f"job {job_id} is {row.state}{holder}, no longer running on worker {worker_id}")
         return row
 
