@@ -178,12 +178,60 @@ def _make_parents(root: Path, name: PurePosixPath, where: str) -> Path:
     return target
 
 
+class _BoundedStream(io.RawIOBase):
+    """The decompressed bytes of an archive, read in blocks of at most 1 MiB and counted.
+
+    tarfile reads some things whole (a PAX header of any declared size, for one): through this stream a
+    bomb hidden there is stopped by the same ratio and size limits as member data, before it is in memory.
+    """
+
+    def __init__(self, raw: IO[bytes], where: str, limits: SubmissionLimits, packed_bytes: int) -> None:
+        self.raw, self.where, self.limits, self.packed_bytes = raw, where, limits, packed_bytes
+        # Member data plus what tar adds around it: a header and padding per member, PAX records.
+        self.cap = limits.max_total_bytes + limits.max_files * 2048 + MiB
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        want = size if size is not None and size >= 0 else self.cap + 1
+        parts = []
+        while want > 0:
+            block = self.raw.read(min(want, MiB))
+            if not block:
+                break
+            self.count += len(block)
+            if self.count > self.cap:
+                raise SubmissionError(
+                    f"{self.where}: unpacks to more than {self.limits.max_total_bytes // MiB} MiB"
+                )
+            if self.count > _RATIO_FLOOR_BYTES and self.count / self.packed_bytes > self.limits.max_ratio:
+                raise SubmissionError(
+                    f"{self.where}: compression ratio above {self.limits.max_ratio:g} ({self.count} bytes from a "
+                    f"{self.packed_bytes}-byte archive): refused as a zip bomb"
+                )
+            parts.append(block)
+            want -= len(block)
+        return b"".join(parts)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
 def _unpack_tar(archive: Path, root: Path, limits: SubmissionLimits) -> None:
     where = str(archive)
-    budget = _Budget(where, limits, archive.stat().st_size)
+    packed = archive.stat().st_size
+    budget = _Budget(where, limits, packed)
     try:
-        with tarfile.open(archive, mode="r:*") as tar:
-            # Iterate header by header: the data of a member is only decompressed once its header passed.
+        with (
+            archive.open("rb") as raw,
+            gzip.GzipFile(fileobj=raw, mode="rb") as unzipped,
+            tarfile.open(fileobj=_BoundedStream(unzipped, where, limits, max(packed, 1)), mode="r|") as tar,
+        ):
+            # A stream, header by header: a member's data is only decompressed once its header passed.
             for member in tar:
                 name = _safe_member_name(member.name, where, limits)
                 if member.issym() or member.islnk():

@@ -7,6 +7,7 @@ import os
 import shutil
 import stat
 import tarfile
+import tracemalloc
 import zipfile
 from pathlib import Path
 
@@ -343,6 +344,22 @@ def test_tar_gz_bomb_is_stopped_by_the_ratio(folder: Path, tmp_path: Path) -> No
     archive = tar_with(tmp_path / "bomb.tar.gz", [file_member("zeros.bin", bytes(32 << 20))], base=folder)
     with pytest.raises(SubmissionError, match="zip bomb"):
         load_submission(archive, tmp_path / "w")
+
+
+def test_a_bomb_in_a_tar_header_is_stopped_before_it_is_read(folder: Path, tmp_path: Path) -> None:
+    """tarfile reads a PAX header whole: 64 MiB of it must not reach memory."""
+    info, data = file_member("innocent.txt")
+    info.pax_headers = {"comment": "x" * (64 << 20)}
+    archive = tmp_path / "header-bomb.tar.gz"
+    with tarfile.open(archive, "w:gz", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(info, io.BytesIO(data))
+    assert archive.stat().st_size < 1 << 20
+    tracemalloc.start()
+    with pytest.raises(SubmissionError, match="zip bomb"):
+        load_submission(archive, tmp_path / "w")
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 32 << 20
 
 
 def test_too_many_files_and_too_many_bytes(folder: Path, tmp_path: Path) -> None:
