@@ -636,6 +636,7 @@ def build_app(
                 compare_edits,
             ],
             api_name=False,
+            show_progress="hidden",
         )
         # The plots are drawn when their tab opens: a large board costs nothing for them until then.
         plots_tab.select(plot, plot_inputs, plot_outputs, api_name=False)

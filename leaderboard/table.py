@@ -445,5 +445,7 @@ def skipped_frame(skipped: Iterable[SkippedFile], root: Path) -> pd.DataFrame:
             shown = str(item.path.relative_to(root))
         except ValueError:
             shown = str(item.path)
-        records.append({"File": shown, "Reason": item.reason})
+        # Reasons name files by their full path; inside the store, the relative one says as much.
+        reason = item.reason.replace(f"{root}/", "")
+        records.append({"File": shown, "Reason": reason})
     return pd.DataFrame.from_records(records, columns=["File", "Reason"])
