@@ -312,3 +312,25 @@ def test_waiting_times_out(model, tmp_path) -> None:
     ):
         _reader(tmp_path, model, timeout_seconds=0.3, poll_seconds=0.01).wait_for(independent_key(0, EDIT_ID))
     assert time.monotonic() - start < 5
+
+
+def test_tied_weights_are_written_under_each_name_and_restored(model, tmp_path) -> None:
+    """GPT-2 ties its output layer to the token embeddings: one storage, two names."""
+    assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
+    pristine = fingerprint(model)
+    embeddings = model.transformer.wte.weight
+    saved = embeddings.detach().clone()
+    with torch.no_grad():
+        embeddings[3, 1] -= 2.0
+    try:
+        tensors = changed_tensors(model, pristine)
+    finally:
+        with torch.no_grad():
+            embeddings.copy_(saved)
+    assert sorted(tensors) == ["param:lm_head.weight", "param:transformer.wte.weight"]
+    key = _write(tmp_path, tensors)
+    delta = _reader(tmp_path, model).read(key, "independent", [EDIT_ID])
+    restore = apply_tensors(model, delta.tensors)
+    assert model.lm_head.weight[3, 1] == saved[3, 1] - 2.0
+    restore()
+    assert fingerprint(model) == pristine
