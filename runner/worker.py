@@ -149,6 +149,10 @@ def check_results(path: Path, job: Job) -> dict[str, Any]:
         "dataset.version": (dataset.get("version"), job.dataset_version),
         "config.limit": (config.get("limit"), job.limit),
     }
+    submission = document.get("submission")
+    if submission is not None:  # a runner's results name the submission they scored: it must be this one
+        expected["submission.sha256"] = (submission.get("sha256"), job.submission_sha256)
+        expected["submission.name"] = (submission.get("name"), job.submission_name)
     for field, (found, wanted) in expected.items():
         if found != wanted:
             raise JobFailure(

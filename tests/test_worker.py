@@ -136,6 +136,18 @@ def test_a_stored_result_of_an_earlier_attempt_is_reused(setup, evaluated_result
     assert "results of an earlier attempt are already stored" in queue.logs(job.job_id)
 
 
+def _other_submission(document: dict) -> dict:
+    """A runner's submission block naming another archive."""
+    hparams_sha = document["config"]["hparams_sha256"]
+    return {
+        "name": "rank-one-ft",
+        "version": "0.1.0",
+        "sha256": "0" * 64,
+        "editor": "x:Y",
+        "hparams_sha256": hparams_sha,
+    }
+
+
 def _rehashed(change: Callable[[dict], None]) -> Callable[[dict], dict]:
     def rewrite(document: dict) -> dict:
         change(document)
@@ -155,6 +167,10 @@ def _rehashed(change: Callable[[dict], None]) -> Callable[[dict], dict]:
         (_rehashed(lambda d: d["config"].update(model="gpt2")), "config.model is 'gpt2'"),
         (_rehashed(lambda d: d["config"].update(limit=None)), "config.limit is None, the job asked for 1"),
         (_rehashed(lambda d: d["dataset"].update(version="1.0.0")), "dataset.version is '1.0.0'"),
+        (
+            _rehashed(lambda d: d.update(schema_version="1.2", submission=_other_submission(d))),
+            "submission.sha256 is '" + "0" * 64,
+        ),
         (lambda d: {**d, "metrics": {**d["metrics"], "ifr": 1.0}}, "the results are not valid"),
         (lambda d: {k: v for k, v in d.items() if k != "counts"}, "does not follow results.schema.json"),
     ],
@@ -232,9 +248,14 @@ def test_cancelling_a_running_job_abandons_the_run(setup) -> None:
     assert store.scan().entries == []
 
 
-def test_check_results_accepts_the_real_run(setup, evaluated_results: Path) -> None:
+def test_check_results_accepts_the_real_run(setup, evaluated_results: Path, tmp_path: Path) -> None:
     _, _, job = setup
     assert check_results(evaluated_results, job)["config"]["model"] == "knowgic-tiny"
+    document = json.loads(evaluated_results.read_text())
+    named = {**_other_submission(document), "sha256": job.submission_sha256}
+    document = _rehashed(lambda d: d.update(schema_version="1.2", submission=named))(document)
+    (tmp_path / "named.json").write_text(json.dumps(document))
+    assert check_results(tmp_path / "named.json", job)["submission"]["sha256"] == job.submission_sha256
 
 
 def test_grace_must_exceed_the_heartbeat(setup) -> None:
