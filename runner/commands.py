@@ -90,8 +90,11 @@ def _open_queue(args: argparse.Namespace, store: ResultsStore, *, create: bool) 
     return JobQueue(url)
 
 
-def _job_line(job: Job) -> str:
+def _job_line(job: Job, *, times: bool = False) -> str:
+    """Tab-separated: id, state (and where), model, protocol, mode, dataset, attempts (scripts split it)."""
     where = f" on {job.worker} ({job.device})" if job.state == "RUNNING" else ""
+    if times and job.state in ("PENDING", "RUNNING"):
+        where += f" for {job.state_seconds.get(str(job.state), 0.0):.0f} s"
     reason = f": {job.reason}" if job.reason and job.state != "FINISHED" else ""
     limit = f", limit {job.limit}" if job.limit else ""
     return (
@@ -166,7 +169,7 @@ def _status(args: argparse.Namespace) -> int:
         print()
         return 0
     for job in jobs:
-        print(_job_line(job))
+        print(_job_line(job, times=True))
     counts = queue.counts()
     print(", ".join(f"{count} {state}" for state, count in counts.items()) + f" in {queue!r}")
     return 0

@@ -43,7 +43,7 @@ def test_submit_prints_one_job_per_model_protocol_mode(submitted, capsys) -> Non
     store, ids = submitted
     assert len(ids) == 4 and all(i.startswith("rank-one-ft-0.1.0-") for i in ids)
     code, out, _ = run(capsys, "runner", "status", "--store", str(store))
-    assert code == 0 and out.count("\tPENDING\t") == 4 and "4 PENDING, 0 RUNNING" in out
+    assert code == 0 and out.count("\tPENDING for ") == 4 and "4 PENDING, 0 RUNNING" in out
     code, out, _ = run(capsys, "runner", "status", "--store", str(store), "--json")
     records = json.loads(out)
     assert [r["job_id"] for r in records] == ids and {r["state"] for r in records} == {"PENDING"}
