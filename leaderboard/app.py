@@ -163,9 +163,12 @@ def build_app(
     refresh_seconds: float = DEFAULT_REFRESH_SECONDS,
     upload_limit_bytes: int = DEFAULT_UPLOAD_LIMIT_BYTES,
     title: str = "KnowGIC leaderboard",
+    verified_cache: Path | None = None,
 ) -> gr.Blocks:
-    """The leaderboard over the store at ``store_path`` (its queue: ``queue_url``, default the store's)."""
-    store = ResultsStore(store_path)
+    """The leaderboard over the store at ``store_path`` (its queue: ``queue_url``, default the store's).
+
+    ``verified_cache``: where the store remembers the files it verified (default: the user cache)."""
+    store = ResultsStore(store_path, verified_cache=verified_cache)
     state = LeaderboardState(store, queue_url or store.queue_url(), include_reported)
     sort_choices = [(label, key) for key, label in SORTABLE]
     column_choices = [(label, key) for key, label in COLUMN_HEADERS.items()]

@@ -1,0 +1,274 @@
+"""How the leaderboard scales: page load and filter time in a real browser, 10,000 results against 10.
+
+``python -m leaderboard.bench`` fills two stores with copies of real ``evaluate`` runs (each copy renamed
+to a varied model and editor, re-hashed, so every file is a valid, hash-checked results document),
+verifies every copy once the way the app does (in parallel; the store remembers what it verified), serves
+both stores, and measures in one headless Chromium (Debian's ``/usr/bin/chromium``):
+
+- page load: from navigation until the table shows its rows and the row count;
+- filter: from picking an editor in the Editor filter until the table shows the filtered rows.
+
+Each is the median of ``--repeats`` fresh page loads (a new browser context each, so no cached assets),
+printed in seconds and as the ratio large / small. The target is a ratio of at most 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as _dt
+import json
+import multiprocessing
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from knowgic.errors import KnowgicError
+from knowgic.evaluation.results import content_sha256
+from runner.store import STORE_VERSION, ResultsStore, local_entry_id
+
+CHROMIUM = "/usr/bin/chromium"
+EDITOR_VARIANTS = 20
+RESULTS_PER_MODEL = 100
+TARGET_RATIO = 3.0
+
+
+def real_runs(workdir: Path, given: Sequence[Path]) -> list[dict[str, Any]]:
+    """Results documents to copy: the given results.json files, else fresh knowgic-tiny runs (offline)."""
+    if given:
+        from knowgic.evaluation.sweep import results_paths
+
+        paths = results_paths([str(p) for p in given])
+    else:
+        from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
+        from knowgic.models.loading import load_model
+
+        loaded = load_model("knowgic-tiny")
+        paths = []
+        for editor in ("rome", "ice", "none"):
+            request = EvaluationRequest(
+                model="knowgic-tiny", editor=editor, limit=1, out_dir=workdir / editor
+            )
+            paths.append(evaluate(request, progress=False, loaded=loaded).results_path)
+    return [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
+
+
+def bench_copy(base: dict[str, Any], index: int, count: int) -> dict[str, Any]:
+    """Copy ``index`` of ``count``: a varied model (100 results each) and editor (20 variants), re-hashed."""
+    models = max(1, count // RESULTS_PER_MODEL)
+    document = copy.deepcopy(base)
+    config = document["config"]
+    config["model"] = f"{config['model']}-bench{index % models:03d}"
+    config["editor"] = f"{config['editor']}-v{(index // models) % EDITOR_VARIANTS:02d}"
+    created = _dt.datetime.fromisoformat(document["created_at"]) + _dt.timedelta(seconds=index)
+    document["created_at"] = created.isoformat()
+    document["sha256"] = content_sha256(document)
+    return document
+
+
+def fill_store(root: Path, bases: Sequence[dict[str, Any]], count: int) -> ResultsStore:
+    """Write ``count`` copies straight into a new store (results and local entries, as ``store add`` does)."""
+    store = ResultsStore(root)
+    store.results_dir.mkdir(parents=True, exist_ok=True)
+    store.entries_dir.mkdir(parents=True, exist_ok=True)
+    added = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
+    for index in tqdm(range(count), desc=f"writing {count} results", unit="result", leave=False):
+        document = bench_copy(bases[index % len(bases)], index, count)
+        sha = document["sha256"]
+        store.results_path(sha).write_text(
+            json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        record = {
+            "store_version": STORE_VERSION,
+            "entry_id": local_entry_id(sha),
+            "source": "local",
+            "results_sha256": sha,
+            "submission_sha256": None,
+            "manifest": None,
+            "job": None,
+            "added_at": added,
+            "label": "benchmark copy",
+        }
+        store.entry_path(local_entry_id(sha)).write_text(
+            json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+    return store
+
+
+def _verify_chunk(args: tuple[str, str, list[str]]) -> int:
+    root, cache, names = args
+    store = ResultsStore(root, verified_cache=Path(cache))
+    for name in names:
+        store.load_entry(store.entries_dir / name)  # schema and hash; the store caches the summary
+    return len(names)
+
+
+def verify_store(store: ResultsStore, cache: Path, workers: int) -> None:
+    """Verify every entry once, in ``workers`` processes (the app then reads the verified summaries)."""
+    names = sorted(p.name for p in store.entries_dir.iterdir())
+    chunks = [(str(store.root), str(cache), names[i : i + 200]) for i in range(0, len(names), 200)]
+    with (
+        multiprocessing.get_context("spawn").Pool(workers) as pool,
+        tqdm(total=len(names), desc="verifying", unit="result", leave=False) as bar,
+    ):
+        for done in pool.imap_unordered(_verify_chunk, chunks):
+            bar.update(done)
+
+
+@dataclass(frozen=True)
+class Timing:
+    load_seconds: float
+    filter_seconds: float
+
+
+# The table is ready when the row count reads as expected and its rows are in the page.
+_READY = """p => {
+  const status = document.querySelector('#kg-status');
+  return status && new RegExp(p).test(status.innerText)
+    && document.querySelectorAll('#kg-table [role=row].virtual-row').length > 0;
+}"""
+
+
+def measure(browser: Any, url: str, editor: str, expected_total: int) -> Timing:
+    """One fresh page: load until the rows show; then filter by ``editor`` until the filtered rows show."""
+    context = browser.new_context(viewport={"width": 1500, "height": 1200})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    try:
+        start = time.perf_counter()
+        page.goto(url)
+        page.wait_for_function(_READY, arg=f"(^|\\n){expected_total} result")
+        load = time.perf_counter() - start
+        page.locator("#kg-filter-editor input").first.click()
+        option = page.locator(f"#kg-filter-editor [role=option][aria-label={json.dumps(editor)}]")
+        option.wait_for()
+        start = time.perf_counter()
+        option.click()
+        page.wait_for_function(_READY, arg=f"(^|\\n)(?!{expected_total} )\\d+ result")
+        filtered = time.perf_counter() - start
+        return Timing(load, filtered)
+    finally:
+        context.close()
+
+
+def run(
+    count: int, baseline: int, repeats: int, workdir: Path, given: Sequence[Path], workers: int
+) -> dict[str, Any]:
+    from playwright.sync_api import sync_playwright
+
+    from leaderboard.app import build_app, launch_app
+
+    if not Path(CHROMIUM).exists():
+        raise KnowgicError(f"{CHROMIUM} is missing: install Debian's chromium (.ci/system-packages.sh)")
+    bases = real_runs(workdir / "runs", given)
+    sizes = {"small": baseline, "large": count}
+    apps, urls = {}, {}
+    for name, size in sizes.items():
+        started = time.perf_counter()
+        store = fill_store(workdir / f"store-{size}", bases, size)
+        verify_store(store, workdir / "verified", workers)
+        app = build_app(store.root, verified_cache=workdir / "verified")
+        _, url, _ = launch_app(app, host="127.0.0.1", block=False, quiet=True)
+        apps[name], urls[name] = app, url
+        print(
+            f"{size} results: store filled, verified and served in {time.perf_counter() - started:.1f} s",
+            file=sys.stderr,
+        )
+    editor = bench_copy(bases[0], 0, baseline)["config"]["editor"]
+    timings: dict[str, list[Timing]] = {name: [] for name in sizes}
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+            try:
+                for name in sizes:  # a warm-up page each: the server's first request compiles and caches
+                    measure(browser, urls[name], editor, sizes[name] + _reported_rows())
+                for _ in tqdm(range(repeats), desc="measuring", leave=False):
+                    for name in sizes:
+                        timings[name].append(
+                            measure(browser, urls[name], editor, sizes[name] + _reported_rows())
+                        )
+            finally:
+                browser.close()
+    finally:
+        for app in apps.values():
+            app.close()
+    summary: dict[str, Any] = {"count": count, "baseline": baseline, "repeats": repeats}
+    for name in sizes:
+        summary[f"{name}_load_seconds"] = statistics.median(t.load_seconds for t in timings[name])
+        summary[f"{name}_filter_seconds"] = statistics.median(t.filter_seconds for t in timings[name])
+    summary["load_ratio"] = summary["large_load_seconds"] / summary["small_load_seconds"]
+    summary["filter_ratio"] = summary["large_filter_seconds"] / summary["small_filter_seconds"]
+    return summary
+
+
+def _reported_rows() -> int:
+    from leaderboard.table import reported_rows
+
+    return len(reported_rows())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m leaderboard.bench",
+        description="Page load and filter time of the leaderboard in headless Chromium: a store of COUNT "
+        "results against one of BASELINE results (copies of real runs, varied model and editor names).",
+    )
+    parser.add_argument(
+        "--count", type=int, default=10_000, help="results in the large store (default: 10000)"
+    )
+    parser.add_argument("--baseline", type=int, default=10, help="results in the small store (default: 10)")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="page loads per store; medians are reported (default: 5)"
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        nargs="*",
+        default=[],
+        metavar="RESULTS",
+        help="results.json files or run folders to copy (default: fresh knowgic-tiny runs of rome, ice, none)",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="folder for the stores (default: a temporary folder, removed)",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="processes verifying the copies (default: 2)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args(argv)
+    for option in ("count", "baseline", "repeats", "workers"):
+        if getattr(args, option) < 1:
+            print(f"error: --{option} must be at least 1", file=sys.stderr)
+            return 2
+    try:
+        if args.workdir is None:
+            with tempfile.TemporaryDirectory(prefix="knowgic-leaderboard-bench-") as tmp:
+                summary = run(args.count, args.baseline, args.repeats, Path(tmp), args.results, args.workers)
+        else:
+            args.workdir.mkdir(parents=True, exist_ok=True)
+            summary = run(args.count, args.baseline, args.repeats, args.workdir, args.results, args.workers)
+    except KnowgicError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"{'':<12}{args.baseline:>10} results{args.count:>10} results{'ratio':>10}")
+    for what in ("load", "filter"):
+        small, large = summary[f"small_{what}_seconds"], summary[f"large_{what}_seconds"]
+        print(f"{what + ' (s)':<12}{small:>18.3f}{large:>18.3f}{large / small:>10.2f}")
+    verdict = max(summary["load_ratio"], summary["filter_ratio"]) <= TARGET_RATIO
+    print(f"target: ratio <= {TARGET_RATIO:g} at {args.count} results: {'met' if verdict else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
