@@ -126,8 +126,12 @@ def served(board_store):
 
     from leaderboard.app import build_app, launch_app
 
-    app = build_app(board_store.store.root, upload_limit_bytes=UPLOAD_LIMIT, refresh_seconds=1.0)
-    app.leaderboard_state.store._cache_root = board_store.root / "cache"
+    app = build_app(
+        board_store.store.root,
+        upload_limit_bytes=UPLOAD_LIMIT,
+        refresh_seconds=1.0,
+        verified_cache=board_store.root / "cache",
+    )
     port = free_port()
     launch_app(app, host="127.0.0.1", port=port, block=False, quiet=True)
     try:
