@@ -74,7 +74,9 @@ def _store(args: argparse.Namespace) -> ResultsStore:
 
 
 def _queue_url(args: argparse.Namespace, store: ResultsStore) -> str:
-    return args.db or os.environ.get("KNOWGIC_QUEUE_URL") or store.queue_url()
+    from runner.queue import default_queue_url
+
+    return args.db or default_queue_url(store)
 
 
 def _open_queue(args: argparse.Namespace, store: ResultsStore, *, create: bool) -> JobQueue:

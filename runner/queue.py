@@ -27,11 +27,13 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import os
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -40,6 +42,7 @@ from sqlalchemy.engine import Connection, Engine
 from knowgic.errors import KnowgicError
 
 if TYPE_CHECKING:
+    from runner.store import ResultsStore
     from runner.submission import Submission
 
 QUEUE_SCHEMA_VERSION = 1
@@ -162,8 +165,6 @@ def _engine_for(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database
         if database and database != ":memory:":
-            from pathlib import Path
-
             folder = Path(database).parent
             try:
                 folder.mkdir(parents=True, exist_ok=True)
@@ -656,10 +657,6 @@ def _clip(reason: str, limit: int = 2000) -> str:
     return reason if len(reason) <= limit else reason[: limit - 1] + "…"
 
 
-def default_queue_url(store_root: Any) -> str:
+def default_queue_url(store: ResultsStore) -> str:
     """``$KNOWGIC_QUEUE_URL``, else the SQLite file beside the store."""
-    import os
-
-    from runner.store import ResultsStore
-
-    return os.environ.get("KNOWGIC_QUEUE_URL") or ResultsStore(store_root).queue_url()
+    return os.environ.get("KNOWGIC_QUEUE_URL") or store.queue_url()
