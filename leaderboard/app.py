@@ -3,7 +3,8 @@
 ``build_app(store_path)`` returns the :class:`gradio.Blocks`; ``launch_app`` serves it with the page's CSS
 and the upload size limit. Run as a script (or as a Hugging Face Space, whose entry point this file is) it
 serves ``$KNOWGIC_STORE``, or, when ``KNOWGIC_STORE_REPO`` names a hub dataset repository, a snapshot of
-that repository fetched with ``huggingface_hub``.
+that repository fetched with ``huggingface_hub``; ``KNOWGIC_QUEUE_URL`` names the queue database (default:
+the store's SQLite file).
 
 Everything shown comes from :meth:`runner.store.ResultsStore.scan`, so only schema-valid, hash-checked
 results appear; the files it skips are listed with their reasons. A timer re-scans the store and the queue,
@@ -45,6 +46,7 @@ from runner.store import ResultsStore, StoreFileError
 DEFAULT_UPLOAD_LIMIT_BYTES = 50 * 1024 * 1024
 DEFAULT_REFRESH_SECONDS = 5.0
 STORE_REPO_ENV = "KNOWGIC_STORE_REPO"
+QUEUE_URL_ENV = "KNOWGIC_QUEUE_URL"
 
 CSS = """
 .kg-metric { white-space: nowrap; }
@@ -671,7 +673,8 @@ def launch_app(
 def main() -> None:
     """Entry point of a Hugging Face Space (``python leaderboard/app.py``): serve the configured store."""
     store = resolve_store(None)
-    launch_app(build_app(store), host=os.environ.get("GRADIO_SERVER_NAME"), port=None)
+    app = build_app(store, queue_url=os.environ.get(QUEUE_URL_ENV) or None)
+    launch_app(app, host=os.environ.get("GRADIO_SERVER_NAME"), port=None)
 
 
 if __name__ == "__main__":
