@@ -80,7 +80,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "evaluate",
         help="edit a model with an editor and score IFR, Preservation, Efficacy, Specificity",
-        description="Evaluate an editing method on KnowGIC. Writes results.json and plots to --out.",
+        description="Evaluate an editing method on KnowGIC and print the table of its metrics; results.json "
+        "and plots are written to --out (without --out nothing is saved).",
     )
     p.add_argument(
         "--model",
