@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
+from knowgic.yamlfile import read_yaml
 from runner.store import SkippedFile, StoreEntry, StoreScan
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -159,7 +159,7 @@ class Row:
 @lru_cache(maxsize=1)
 def method_links() -> dict[str, dict[str, str]]:
     """Paper and code links of the built-in editors (leaderboard/data/methods.yaml)."""
-    data = yaml.safe_load((DATA_DIR / "methods.yaml").read_text(encoding="utf-8")) or {}
+    data = read_yaml(DATA_DIR / "methods.yaml", "the methods file") or {}
     return {str(k): {kk: str(vv) for kk, vv in (v or {}).items()} for k, v in data.items()}
 
 
