@@ -179,3 +179,16 @@ def test_sweep_refuses_to_replace_runs_and_summary(capsys, tmp_path: Path) -> No
     after = json.loads((out / "none" / "results.json").read_text(encoding="utf-8"))
     assert after["created_at"] >= json.loads(before[1]["results.json"])["created_at"]
     assert after["sha256"] != json.loads(before[1]["results.json"])["sha256"]  # timings differ: a new run
+
+
+def test_overwrite_without_an_atomic_exchange(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the system offers no exchange of two folders, two renames replace the run, leaving nothing."""
+    import knowgic.evaluation.results as results
+
+    monkeypatch.setattr(results, "_exchange", lambda first, second: False)
+    out = tmp_path / "run"
+    write_run_outputs({"run": 0}, out)
+    write_run_outputs({"run": 1}, out, overwrite=True)
+    assert json.loads((out / "results.json").read_text(encoding="utf-8")) == {"run": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert sorted(p.name for p in out.iterdir()) == ["results.json"]
