@@ -104,13 +104,17 @@ def run_split(job: Path, work: Path, quota: int, streaming: bool) -> Measured:
     deltas, out = work / "deltas", work / "results"
     edit_cmd = _stage("edit", "--job", str(job), "--out", str(deltas), "--quota", str(quota))
     score_cmd = _stage("score", "--job", str(job), "--deltas", str(deltas), "--out", str(out))
+    deltas.mkdir(parents=True)  # as the runner does: the score stage may start before the edit stage writes
     with _PeakSampler(deltas) as sampler:
         start = time.perf_counter()
         edit = subprocess.Popen(edit_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if streaming:
             score = subprocess.Popen(score_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             score_out, score_err = score.communicate()
+            if score.returncode != 0:  # nobody will consume deltas: the edit stage would wait for ever
+                edit.terminate()
             edit_out, edit_err = edit.communicate()
+            _check(score, "score stage", score_err)
         else:
             edit_out, edit_err = edit.communicate()
             _check(edit, "edit stage", edit_err)

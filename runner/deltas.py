@@ -176,11 +176,20 @@ def tensors_nbytes(tensors: Mapping[str, torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
+def _readable_by_others(path: str) -> None:
+    """The usual mode of a new file (0644 less the umask), not a temporary file's 0600: the score stage may
+    run as another user than the edit stage."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    os.chmod(path, 0o644 & ~mask)
+
+
 def _write_atomic_bytes(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        _readable_by_others(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -310,6 +319,7 @@ class DeltaWriter:
             os.close(fd)
             try:
                 save_file(dict(tensors), tmp, metadata={"format": DELTA_FORMAT, "key": key})
+                _readable_by_others(tmp)
                 size += os.path.getsize(tmp)
                 os.replace(tmp, path)
             except BaseException:

@@ -9,6 +9,7 @@ import json
 import os
 import pickle
 import re
+import stat
 import threading
 import time
 from pathlib import Path
@@ -102,6 +103,10 @@ def test_no_temporary_files_are_left_and_sidecar_is_last(model, tmp_path) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{key}.json", f"{key}.safetensors"]
     sidecar = json.loads((tmp_path / f"{key}.json").read_text())
     assert sidecar["tensors"] == f"{key}.safetensors" and sidecar["tensor_names"] == [WEIGHT]
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for path in tmp_path.iterdir():  # readable by a score stage running as another user
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~mask
 
 
 def test_in_context_delta_has_no_tensors_file(model, tmp_path) -> None:
