@@ -97,8 +97,8 @@ def tradeoff_figure(frame: pd.DataFrame, model: str) -> go.Figure:
     )
     figure.update_layout(
         title=_plain(f"{model}: IFR (lower is better) against Preservation (higher is better)"),
-        xaxis_title="IFR",
-        yaxis_title="Preservation",
+        xaxis={"title": "IFR", "range": [-0.02, 1.02]},
+        yaxis={"title": "Preservation", "range": [-0.02, 1.02]},
         height=480,
         legend_title="editor (source)",
     )

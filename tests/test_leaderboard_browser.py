@@ -134,6 +134,19 @@ def test_browse_filter_search_sort(site, page, artifacts) -> None:
     page.locator("#kg-columns label", has_text="IFR n=3").click()
     page.wait_for_function("() => document.querySelector('#kg-table thead').innerText.includes('IFR n=3')")
 
+    # The plots follow the filters: Llama-3-8B's reported ROME point and the frontier.
+    page.get_by_role("tab", name="Plots").click()
+    page.locator("#kg-tradeoff svg.main-svg").first.wait_for()
+    legend = page.locator("#kg-tradeoff").inner_text()
+    assert "rome (reported)" in legend and "trade-off frontier" in legend
+    page.locator("#kg-lengths svg.main-svg").first.wait_for()
+    page.screenshot(path=str(artifacts / "03b-plots.png"), full_page=True)
+
+    # A click on a row opens its detail view.
+    page.get_by_role("tab", name="Leaderboard").click()
+    page.locator("#kg-table [data-testid='cell-0-0']").click()
+    page.locator("#kg-detail-header h3", has_text="Llama-3-8B · rome").wait_for()
+
 
 def test_detail_by_permalink(site, page, artifacts) -> None:
     board, url = site
