@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jsonschema
 import torch
@@ -47,6 +47,7 @@ from runner.deltas import (
     DONE_MARKER,
     FAILED_MARKER,
     SEQUENTIAL_KEY,
+    Delta,
     DeltaEdit,
     DeltaError,
     DeltaReader,
@@ -61,6 +62,9 @@ from runner.deltas import (
 DEFAULT_QUOTA_BYTES = 2 << 30
 DEFAULT_TIMEOUT_SECONDS = 3600.0
 REPLAY_EDITOR = "runner.stages:ReplayEditor"
+
+if TYPE_CHECKING:
+    from knowgic.models.base import LoadedModel
 
 JOB_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -238,7 +242,7 @@ def run_edit_stage(
     *,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
-    loaded: Any = None,
+    loaded: LoadedModel | None = None,
     poll_seconds: float = 0.05,
     wait_timeout: float | None = None,
 ) -> EditStageSummary:
@@ -281,7 +285,7 @@ def _edit_stage(
     *,
     progress: bool,
     log: Callable[[str], None] | None,
-    loaded: Any,
+    loaded: LoadedModel | None,
 ) -> EditStageSummary:
     from tqdm.auto import tqdm
 
@@ -395,7 +399,7 @@ class ReplayEditor(Editor):
         self.reader = reader
         self.mode = mode
         self._index = 0
-        self._sequential: Any = None
+        self._sequential: Delta | None = None
 
     def apply(self, model: torch.nn.Module, tokenizer: Any, requests: Sequence[EditRequest]) -> EditHandle:
         if len(requests) != 1:
@@ -466,7 +470,7 @@ def run_score_stage(
     max_delta_bytes: int | None = None,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
-    loaded: Any = None,
+    loaded: LoadedModel | None = None,
     plots: bool = True,
     overwrite: bool = False,
 ) -> Path:
