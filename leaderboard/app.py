@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,17 +73,24 @@ class LeaderboardState:
     include_reported: bool = True
     board: Board = field(init=False)
     downloads: Path = field(init=False)
+    version: int = field(default=0, init=False)  # bumped whenever the board changes
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _scanned_at: float = field(default_factory=time.monotonic, init=False)
     _queue: Any = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.board = Board(self.store.scan(), include_reported=self.include_reported)
         self.downloads = Path(tempfile.mkdtemp(prefix="knowgic-leaderboard-"))
 
-    def refresh(self) -> bool:
-        """Re-scan the store; True when the rows or the skipped files changed."""
+    def refresh(self, *, min_age_seconds: float = 0.0) -> bool:
+        """Re-scan the store unless the last scan is younger than ``min_age_seconds`` (every open page's
+        timer calls this: one scan serves them all); True when the rows or the skipped files changed."""
         with self._lock:
+            now = time.monotonic()
+            if now - self._scanned_at < min_age_seconds:
+                return False
             scan = self.store.scan()
+            self._scanned_at = time.monotonic()
             signature = tuple((e.entry_id, e.results_sha256) for e in scan.entries)
             skipped = [(s.path, s.reason) for s in scan.skipped]
             if signature == self.board.signature and skipped == [
@@ -90,6 +98,7 @@ class LeaderboardState:
             ]:
                 return False
             self.board = Board(scan, include_reported=self.include_reported)
+            self.version += 1
             return True
 
     def queue(self) -> Any:
@@ -326,17 +335,19 @@ def build_app(
             return pd.DataFrame({"Queue": [f"cannot read the queue: {exc}"]})
 
     # -- refresh ------------------------------------------------------------------------------------------
-    def tick(search, *rest):
-        changed = state.refresh()
+    def tick(seen_version: int, search, *rest):
+        """A page's timer: its table is redrawn only when the board changed since that page last drew it."""
+        state.refresh(min_age_seconds=refresh_seconds * 0.8)
         jobs = queue_table()
-        if not changed:
-            return (*[gr.skip()] * (4 + len(CATEGORICAL) + 2 + 1), jobs)
+        if seen_version == state.version:
+            return (*[gr.skip()] * (4 + len(CATEGORICAL) + 2 + 1), jobs, seen_version)
         return (
             *render(search, *rest),
             *filter_updates(),
             *skipped_updates(),
             gr.Dropdown(choices=stored_models()),
             jobs,
+            state.version,
         )
 
     def reload(search, *rest):
@@ -346,6 +357,7 @@ def build_app(
             *filter_updates(),
             *skipped_updates(),
             gr.Dropdown(choices=stored_models()),
+            state.version,
         )
 
     def csv_download(search, *rest):
@@ -372,6 +384,7 @@ def build_app(
         request: gr.Request,
     ):
         params = dict(request.query_params) if request is not None else {}
+        version = state.version  # read before drawing: a change in between is redrawn by the next tick
         table = render(
             search, models_, editors, protocols, modes, datasets, sources, sort, order, columns, page
         )
@@ -392,7 +405,7 @@ def build_app(
             dropdown_a, dropdown_b = compare_choices(model, a, b)
             model_choice = gr.Dropdown(choices=models, value=model)
             compare_out = [dropdown_a, dropdown_b, *run_compare(a, b)]
-        return (*table, *filter_updates(), model_choice, tab, *detail, *compare_out)
+        return (*table, *filter_updates(), model_choice, tab, *detail, *compare_out, version)
 
     def open_clicked(row_ids: list[str], evt: gr.SelectData):
         index = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
@@ -451,6 +464,7 @@ def build_app(
                     label=f"Results ({PAGE_SIZE} per page; click a row for its details)",
                 )
                 row_ids = gr.State([])
+                seen_version = gr.State(-1)  # the board version this page shows
                 with gr.Row():
                     reload_button = gr.Button("Re-read the store now", size="sm", elem_id="kg-reload")
                     csv_button = gr.Button("Download the filtered table as CSV", size="sm", elem_id="kg-csv")
@@ -566,7 +580,7 @@ def build_app(
         reload_button.click(
             reload,
             table_inputs,
-            [*table_outputs, *filters, skipped_box, skipped, compare_model],
+            [*table_outputs, *filters, skipped_box, skipped, compare_model, seen_version],
             api_name="reload",
             show_progress="hidden",
         )
@@ -619,8 +633,8 @@ def build_app(
 
         timer.tick(
             tick,
-            table_inputs,
-            [*table_outputs, *filters, skipped_box, skipped, compare_model, queue_view],
+            [seen_version, *table_inputs],
+            [*table_outputs, *filters, skipped_box, skipped, compare_model, queue_view, seen_version],
             api_name=False,
             show_progress="hidden",
         )
@@ -639,6 +653,7 @@ def build_app(
                 compare_message,
                 compare_metrics,
                 compare_edits,
+                seen_version,
             ],
             api_name=False,
             show_progress="hidden",

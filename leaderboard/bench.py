@@ -15,6 +15,7 @@ printed in seconds and as the ratio large / small. The target is a ratio of at m
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import datetime as _dt
 import json
@@ -198,7 +199,8 @@ def run(
                 browser.close()
     finally:
         for app in apps.values():
-            app.close()
+            with contextlib.redirect_stdout(sys.stderr):  # gradio says "Closing server…" on stdout
+                app.close()
     summary: dict[str, Any] = {"count": count, "baseline": baseline, "repeats": repeats}
     for name in sizes:
         summary[f"{name}_load_seconds"] = statistics.median(t.load_seconds for t in timings[name])

@@ -439,6 +439,9 @@ def test_new_results_appear_without_a_restart(served, board_store) -> None:
         assert any(t.__class__.__name__ == "Timer" for t in app.blocks.values())
     finally:
         board_store.store.entry_path(entry).unlink()
+        client.predict(
+            "", [], [], [], [], [], [], "deep_editing_score", "descending", ALL_COLUMNS, 1, api_name="/reload"
+        )
 
 
 def test_plots_follow_the_filters(served, board_store) -> None:
