@@ -47,7 +47,7 @@ def wrap_label(text: str, width: int = LABEL_WIDTH, lines: int = LABEL_LINES) ->
 
 def _title(document: Mapping[str, Any]) -> str:
     c = document["config"]
-    limit = f", first {c['limit']} edits" if c.get("limit") else ""
+    limit = {None: "", 1: ", first edit only"}.get(c.get("limit"), f", first {c.get('limit')} edits")
     return (
         f"{c['editor']} on {c['model']} ({c['protocol']}, {c['mode']}, KnowGIC {document['dataset']['version']}"
         f"{limit})"
