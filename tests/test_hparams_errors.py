@@ -3,6 +3,8 @@ line with its line and column, wherever the project reads YAML."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -140,3 +142,16 @@ def test_every_shipped_yaml_file_reads() -> None:
     assert len(files) > 20
     for path in files:
         read_yaml(path)
+
+
+def test_a_broken_results_file_lists_its_problems_with_pointers(capsys, tmp_path: Path) -> None:
+    """A results.json given to summarize: every problem (up to the cap) with its pointer, quoted briefly."""
+    from knowgic.evaluation.results import MAX_PROBLEMS_SHOWN
+
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"huge": "y" * 1_000_000}), encoding="utf-8")
+    code, _, err = run(capsys, "summarize", str(path))
+    line = _one_error_line(err)
+    assert code == 2 and len(line) < 4_000
+    assert f"{path} does not follow results.schema.json: /: " in line
+    assert line.count("/: ") == MAX_PROBLEMS_SHOWN and re.search(r"; and \d+ more$", line)

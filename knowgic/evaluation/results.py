@@ -29,6 +29,8 @@ from knowgic.clip import clip
 from knowgic.errors import KnowgicError
 from knowgic.paths import spec_dir
 
+MAX_PROBLEMS_SHOWN = 10
+"""Schema problems an error lists (each with its JSON pointer, values quoted briefly) before "and N more"."""
 RESULTS_SCHEMA_VERSION = "1.2"
 READABLE_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2")
 """Versions this package reads: 1.0 documents carry no intervals and no per-edit sufficient statistics; 1.2
@@ -99,8 +101,8 @@ def validate_results(document: Any, where: str = "results") -> None:
     """Raise :class:`KnowgicError` naming the first problems when ``document`` breaks the schema or its hash."""
     errors = validation_errors(document)
     if errors:
-        shown = "; ".join(errors[:3])
-        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        shown = "; ".join(clip(e) for e in errors[:MAX_PROBLEMS_SHOWN])
+        more = f"; and {len(errors) - MAX_PROBLEMS_SHOWN} more" if len(errors) > MAX_PROBLEMS_SHOWN else ""
         raise KnowgicError(f"{where} does not follow results.schema.json: {shown}{more}")
     if document["sha256"] != content_sha256(document):
         raise KnowgicError(
