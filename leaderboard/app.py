@@ -366,7 +366,7 @@ def build_app(
         stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S")
         target = state.downloads / f"knowgic-leaderboard-{stamp}.csv"
         frame.to_csv(target, index=False)
-        return str(target)
+        return gr.File(value=str(target), visible=True)
 
     # -- page load: permalinks ----------------------------------------------------------------------------
     def on_load(
@@ -468,7 +468,7 @@ def build_app(
                 with gr.Row():
                     reload_button = gr.Button("Re-read the store now", size="sm", elem_id="kg-reload")
                     csv_button = gr.Button("Download the filtered table as CSV", size="sm", elem_id="kg-csv")
-                    csv_file = gr.File(label="CSV", interactive=False, height=80, elem_id="kg-csv-file")
+                    csv_file = gr.File(label="CSV", interactive=False, visible=False, elem_id="kg-csv-file")
                 with gr.Accordion(
                     f"Skipped files ({len(state.board.skipped)})", open=False, elem_id="kg-skipped"
                 ) as skipped_box:
