@@ -14,6 +14,7 @@ so new results and job state changes appear without a restart.
 from __future__ import annotations
 
 import datetime as _dt
+import html
 import os
 import shutil
 import tempfile
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import gradio as gr
 import pandas as pd
@@ -227,18 +229,18 @@ def build_app(
             if row_id:
                 message = f"No result with id {row_id!r} in this leaderboard."
             return (
-                f"<p>{views.html.escape(message)}</p>",
+                f"<p>{html.escape(message)}</p>",
                 views.metrics_frame(None, None),
                 plots.heatmap_figure([], ""),
                 views.per_edit_frame({}),
                 nothing,
-                views.chains_frame({"dataset": {"version": ""}}, None),
+                views.empty_chains(),
                 None,
                 None,
                 None,
                 None,
             )
-        permalink = f"?result={row.row_id}"
+        permalink = f"?result={quote(row.row_id)}"
         if row.entry is None:  # reported: no document
             return (
                 views.detail_header(row, permalink),
@@ -246,7 +248,7 @@ def build_app(
                 plots.heatmap_figure([], ""),
                 views.per_edit_frame({}),
                 nothing,
-                views.chains_frame({"dataset": {"version": ""}}, None),
+                views.empty_chains(),
                 None,
                 None,
                 None,
@@ -255,7 +257,7 @@ def build_app(
         try:
             document = row.entry.document
         except StoreFileError as exc:
-            return (f"<p>{views.html.escape(str(exc))}</p>", *show_detail(None)[1:])
+            return (f"<p>{html.escape(str(exc))}</p>", *show_detail(None)[1:])
         choices = views.edit_choices(document)
         first = choices[0][1] if choices else None
         download = state.downloads / f"results-{row.entry.results_sha256[:16]}.json"
@@ -278,11 +280,11 @@ def build_app(
     def show_chains(row_id: str | None, edit_id: str | None):
         row = state.board.by_id.get((row_id or "").strip())
         if row is None or row.entry is None or not edit_id:
-            return views.chains_frame({"dataset": {"version": ""}}, None)
+            return views.empty_chains()
         try:
             return views.chains_frame(row.entry.document, edit_id)
         except StoreFileError:
-            return views.chains_frame({"dataset": {"version": ""}}, None)
+            return views.empty_chains()
 
     # -- compare ------------------------------------------------------------------------------------------
     def compare_choices(model: str | None, a: str | None = None, b: str | None = None):
@@ -296,7 +298,7 @@ def build_app(
 
     def run_compare(a: str | None, b: str | None):
         comparison = views.compare(state.board.by_id.get(a or ""), state.board.by_id.get(b or ""))
-        permalink = f"?a={a}&b={b}" if a and b else ""
+        permalink = f"?a={quote(a)}&b={quote(b)}" if a and b else ""
         message = comparison.message + (
             f"\nPermalink: {permalink}" if permalink and comparison.edits.size else ""
         )

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pandas as pd
 
@@ -400,7 +401,7 @@ class Board:
         if column == "links":
             return links_html(row.paper, row.code)
         if column == "row_id":
-            return f'<a href="?result={text(row.row_id)}" class="kg-permalink">{text(row.row_id)}</a>'
+            return f'<a href="?result={text(quote(row.row_id))}" class="kg-permalink">{text(row.row_id)}</a>'
         if column == "active_chains":
             return "–" if row.active_chains is None else str(row.active_chains)
         if column == "edits":

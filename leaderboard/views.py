@@ -7,7 +7,7 @@ HTML block (:func:`detail_header`) escapes everything it holds.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from knowgic.errors import KnowgicError
-from leaderboard.table import ALL_METRICS, COLUMN_HEADERS, Row, links_html, row_label, safe_url
+from leaderboard.table import ALL_METRICS, COLUMN_HEADERS, Row, links_html, row_label
 from runner.store import StoreFileError
 
 PER_EDIT_COLUMNS = (
@@ -200,6 +200,10 @@ def _chain_texts(version: str) -> dict[int, str]:
     }
 
 
+def empty_chains() -> pd.DataFrame:
+    return pd.DataFrame(columns=list(CHAIN_COLUMNS))
+
+
 def chains_frame(document: Mapping[str, Any], edit_id: str | None) -> pd.DataFrame:
     """The chains of one edit: length, whether active, the chain's r before and after the edit."""
     texts = _chain_texts(str(document["dataset"]["version"]))
@@ -325,11 +329,3 @@ def compare(row_a: Row | None, row_b: Row | None) -> Comparison:
         differences = {}
         message = header + f"No paired intervals: {exc}"
     return Comparison(message, _side_by_side(doc_a, doc_b, differences), _edits_side_by_side(doc_a, doc_b))
-
-
-def is_safe_link(value: Any) -> bool:
-    return safe_url(value) is not None
-
-
-def choices_for(rows: Sequence[Row]) -> list[tuple[str, str]]:
-    return [(row_label(row), row.row_id) for row in rows]
