@@ -64,6 +64,10 @@ EDIT_GRACE_SECONDS = 30.0
 _ERROR_LINE = re.compile(r"^(error: .*|[A-Za-z_.]*(Error|Exception|Interrupt)\b.*)$")
 
 
+# The edit stage keeps its deltas folder under the quota (the score stage empties it); the host stops an
+# edit stage whose folder grows past the cap anyway (by default 4 x quota + 1 GiB), so that a submission
+# cannot fill the host's disk through its one writable mount.
+DEFAULT_DELTA_QUOTA = "2G"
 # Operators size the containers to their hosts through these variables (sizes as 512M, 16G).
 LIMIT_VARIABLES = {
     "KNOWGIC_SANDBOX_MEMORY": "memory_bytes",
@@ -99,6 +103,19 @@ def default_limits(environ: Mapping[str, str] | None = None) -> SandboxLimits:
     return SandboxLimits(**values)
 
 
+def _disk_bytes(folder: Path) -> int:
+    """Disk space used under ``folder``, subfolders included (allocated blocks, so sparse files count
+    what they occupy)."""
+    total = 0
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(parent, name)).st_blocks * 512
+            except FileNotFoundError:  # consumed meanwhile
+                continue
+    return total
+
+
 def _last_error_line(logs: str) -> str | None:
     """The last line that reads as an error (``error: ...`` from runner.stages, or a traceback's last line)."""
     for line in reversed(logs.splitlines()):
@@ -126,11 +143,20 @@ class ContainerExecutor:
     runner_image: str | None = None
     edit_limits: SandboxLimits = field(default_factory=default_limits)
     score_limits: SandboxLimits = field(default_factory=default_limits)
-    quota: str = "2G"
+    quota: str = field(default_factory=lambda: os.environ.get("KNOWGIC_DELTA_QUOTA") or DEFAULT_DELTA_QUOTA)
+    deltas_cap: str | None = field(default_factory=lambda: os.environ.get("KNOWGIC_DELTA_CAP"))
     model_cache: Path | None = None
     client: Any = None
 
     def __post_init__(self) -> None:
+        try:
+            self.quota_bytes = parse_size(self.quota)
+            cap = parse_size(self.deltas_cap) if self.deltas_cap else 4 * self.quota_bytes + GiB
+        except argparse.ArgumentTypeError as error:
+            raise KnowgicError(
+                f"delta quota or cap (KNOWGIC_DELTA_QUOTA, KNOWGIC_DELTA_CAP): {error}"
+            ) from None
+        self.deltas_cap_bytes = max(cap, self.quota_bytes)
         self.use_gpus = resolve_gpus(self.gpus)
         self.runner_image = self.runner_image or default_runner_image()
         if self.client is None:
@@ -267,6 +293,7 @@ class ContainerExecutor:
                 score_ended.append(time.monotonic())
 
         edit_ended: list[float] = []
+        overfull: list[int] = []
         score_ended: list[float] = []
         started = time.monotonic()
         log(f"[runner] running the edit and score stages on {self.device}")
@@ -282,6 +309,13 @@ class ContainerExecutor:
                         and (edit_future.exception() is not None or not edit_future.result().ok)
                     ):
                         score_cancel.set()  # the edit stage failed; the score stage has had its grace
+                    if (
+                        not edit_future.done()
+                        and not overfull
+                        and _disk_bytes(deltas) > self.deltas_cap_bytes
+                    ):
+                        overfull.append(_disk_bytes(deltas))
+                        edit_cancel.set()  # it ignores its quota: stop it before it fills the disk
                     if score_ended and now > score_ended[0] + EDIT_GRACE_SECONDS and not edit_future.done():
                         edit_cancel.set()  # the scores are final (or failed): the editor has nothing left to do
                     time.sleep(0.2)
@@ -294,6 +328,12 @@ class ContainerExecutor:
             f"score stage {score_result.reason} ({score_result.seconds:.1f} s), {time.monotonic() - started:.1f} s"
         )
         results = out / "results.json"
+        if overfull:
+            raise JobFailure(
+                f"the edit stage (the submitted editor) wrote more than {self.deltas_cap_bytes / GiB:.2g} GiB "
+                f"into its deltas folder (quota {self.quota}) and was stopped; only the runner's delta writer "
+                "may write there"
+            )
         # A cancelled edit stage was stopped because the score stage had ended: the score stage's outcome
         # decides. Any other edit failure is the cause of whatever the score stage then did.
         if not edit_result.ok and edit_result.reason != EndReason.CANCELLED:

@@ -325,10 +325,12 @@ def run_sandboxed(
                 reason = EndReason.EXITED
         reader.join(timeout=5)
         logs, truncated = _collect_logs(container, reader, limits.log_bytes)
-        if reason == EndReason.EXITED and exit_code != 0 and _FORK_REFUSED.search(logs):
-            # The cgroup is gone once the container exits, so a process that fails right after its fork was
+        if _FORK_REFUSED.search(logs):
+            # The cgroup is gone once the container exits, so a process that ends right after its fork was
             # refused is known by its error: with no ulimit on processes, only the pids limit refuses forks.
-            pids_hit, reason = True, EndReason.PIDS_LIMIT
+            pids_hit = True
+            if reason == EndReason.EXITED and exit_code != 0:
+                reason = EndReason.PIDS_LIMIT
         return SandboxResult(
             reason=reason,
             exit_code=exit_code,

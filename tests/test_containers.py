@@ -44,6 +44,8 @@ SANDBOX_ENV = {
     "KNOWGIC_SANDBOX_PIDS": "256",
     "KNOWGIC_SANDBOX_CPUS": "2",
     "KNOWGIC_SANDBOX_TIMEOUT": "300",
+    "KNOWGIC_DELTA_QUOTA": "64M",
+    "KNOWGIC_DELTA_CAP": "256M",
 }
 
 
@@ -231,6 +233,7 @@ HOSTILE_CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "delta-shape": ("ForgedDelta", {"forge": "shape"}),
     "delta-nan": ("ForgedDelta", {"forge": "nan"}),
     "delta-unknown": ("ForgedDelta", {"forge": "unknown"}),
+    "disk": ("DiskFiller", {}),
 }
 
 
@@ -281,7 +284,7 @@ def test_writes_outside_the_output_folder_are_refused(hostile_run: dict[str, Any
     reason = _failed(hostile_run, "write")  # FAILED: the editor raises only when no write went through
     assert "writes refused" in reason
     refused = next(line for line in hostile_run["logs"]["write"].splitlines() if "writes refused" in line)
-    assert refused.count("Read-only file system") >= 5, refused
+    assert refused.count("(Read-only file system)") + refused.count("(Permission denied)") >= 6, refused
     host_files = hostile_run["host_files"]
     assert not (host_files / "new-file").exists()
     assert hostile_run["secret"].read_text() == "the host's secret\n"
@@ -337,6 +340,11 @@ def test_forged_deltas_are_rejected_by_the_score_stage(
     reason = _failed(hostile_run, case)
     assert reason.startswith("the score stage rejected the run:"), reason
     assert any(word in reason.lower() for word in words), reason
+
+
+def test_a_disk_filler_is_stopped_at_the_deltas_cap(hostile_run: dict[str, Any]) -> None:
+    reason = _failed(hostile_run, "disk")
+    assert "wrote more than 0.25 GiB into its deltas folder (quota 64M) and was stopped" in reason
 
 
 def test_the_host_is_untouched_and_no_container_is_left(

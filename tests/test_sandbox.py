@@ -166,8 +166,8 @@ def test_a_shell_fork_bomb_is_killed_at_the_timeout(docker_client: Any, base_ima
         limits=limits,
         gpus="none",
     )
-    assert result.reason in (EndReason.TIMEOUT, EndReason.PIDS_LIMIT), (result.reason, result.logs[-500:])
-    assert result.pids_limit_hit
+    # It ends at the timeout, or earlier when the first shell's `wait` returns; either way forks were refused.
+    assert result.pids_limit_hit, (result.reason, result.logs[-500:])
     assert result.seconds < 40
     assert _engine_is_healthy(docker_client)
 

@@ -204,3 +204,17 @@ class SlowHonest(RankOneFT):
     def apply(self, model: Any, tokenizer: Any, requests: Any) -> EditHandle:
         time.sleep(float(self.hparams.get("sleep", 0)))
         return super().apply(model, tokenizer, requests)
+
+
+class DiskFiller(Editor):
+    """Ignores the delta quota: writes junk into a subfolder of its deltas folder until it is stopped."""
+
+    name = "hostile-disk"
+
+    def apply(self, model: Any, tokenizer: Any, requests: Any) -> EditHandle:
+        Path("/deltas/junk").mkdir(exist_ok=True)
+        block = os.urandom(1 << 20)
+        with open("/deltas/junk/fill", "wb") as handle:
+            while True:
+                handle.write(block)
+                handle.flush()
