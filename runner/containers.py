@@ -77,6 +77,14 @@ LIMIT_VARIABLES = {
 }
 
 
+_LIMIT_FORMS = {
+    "memory_bytes": "a size such as 512M or 16G",
+    "cpus": "a number of CPUs such as 4 or 0.5",
+    "pids": "a whole number of processes",
+    "timeout_seconds": "a number of seconds",
+}
+
+
 def default_limits(environ: Mapping[str, str] | None = None) -> SandboxLimits:
     """16 GiB, every CPU, 1024 processes and 4 hours per stage, each overridden by its variable in
     :data:`LIMIT_VARIABLES`; a malformed value is one line naming the variable."""
@@ -99,7 +107,7 @@ def default_limits(environ: Mapping[str, str] | None = None) -> SandboxLimits:
             else:
                 values[name] = float(text)
         except (ValueError, argparse.ArgumentTypeError):
-            raise KnowgicError(f"{variable}={text!r} is not a valid {name.replace('_', ' ')}") from None
+            raise KnowgicError(f"{variable}={text!r}: expected {_LIMIT_FORMS[name]}") from None
     return SandboxLimits(**values)
 
 
