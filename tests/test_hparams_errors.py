@@ -155,3 +155,14 @@ def test_a_broken_results_file_lists_its_problems_with_pointers(capsys, tmp_path
     assert code == 2 and len(line) < 4_000
     assert f"{path} does not follow results.schema.json: /: " in line
     assert line.count("/: ") == MAX_PROBLEMS_SHOWN and re.search(r"; and \d+ more$", line)
+
+
+def test_editors_built_in_python_name_every_unknown_key() -> None:
+    from knowgic.editors.hparams import check_editor_hparams
+    from knowgic.errors import KnowgicError
+
+    with pytest.raises(KnowgicError) as info:
+        check_editor_hparams({"layers": [0], "lyaers": [1], "v_lrr": 0.1, "zzz": 1}, "rome", "test")
+    message = str(info.value)
+    assert message.startswith("hparams test: 3 unknown keys: 'lyaers' (did you mean 'layers'?); ")
+    assert "'v_lrr' (did you mean 'v_lr'?)" in message and message.endswith("'zzz'")
