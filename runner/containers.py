@@ -111,6 +111,11 @@ def default_limits(environ: Mapping[str, str] | None = None) -> SandboxLimits:
     return SandboxLimits(**values)
 
 
+def _env_path(variable: str) -> Path | None:
+    value = os.environ.get(variable)
+    return Path(value) if value else None
+
+
 def _disk_bytes(folder: Path) -> int:
     """Disk space used under ``folder``, subfolders included (allocated blocks, so sparse files count
     what they occupy)."""
@@ -143,8 +148,9 @@ class ContainerExecutor:
     """:class:`runner.worker.JobExecutor` that runs each stage in a sandboxed container.
 
     ``gpus``: "all", "none" or "auto". ``runner_image``: the trusted image (default
-    ``$KNOWGIC_RUNNER_IMAGE`` or ``knowgic-runner:<version>``). ``model_cache``: a host folder with
-    downloaded models (a Hugging Face cache), mounted read-only at /cache in both containers.
+    ``$KNOWGIC_RUNNER_IMAGE`` or ``knowgic-runner:<version>``). ``model_cache`` (default
+    ``$KNOWGIC_MODEL_CACHE``): a host Hugging Face cache folder (what ``HF_HOME`` names) with the models
+    the jobs ask for, mounted read-only at /cache/huggingface in both containers, which never download.
     """
 
     gpus: str = "auto"
@@ -153,7 +159,7 @@ class ContainerExecutor:
     score_limits: SandboxLimits = field(default_factory=default_limits)
     quota: str = field(default_factory=lambda: os.environ.get("KNOWGIC_DELTA_QUOTA") or DEFAULT_DELTA_QUOTA)
     deltas_cap: str | None = field(default_factory=lambda: os.environ.get("KNOWGIC_DELTA_CAP"))
-    model_cache: Path | None = None
+    model_cache: Path | None = field(default_factory=lambda: _env_path("KNOWGIC_MODEL_CACHE"))
     client: Any = None
 
     def __post_init__(self) -> None:
@@ -167,6 +173,8 @@ class ContainerExecutor:
         self.deltas_cap_bytes = max(cap, self.quota_bytes)
         self.use_gpus = resolve_gpus(self.gpus)
         self.runner_image = self.runner_image or default_runner_image()
+        if self.model_cache is not None and not Path(self.model_cache).is_dir():
+            raise KnowgicError(f"model cache {self.model_cache} (KNOWGIC_MODEL_CACHE) is not a folder")
         if self.client is None:
             self.client = ensure_docker()
         self.runner_image_id = image_id(self.client, self.runner_image)  # fails now, with how to build it
@@ -225,7 +233,7 @@ class ContainerExecutor:
         deltas, out = _private_folder(workdir / "deltas"), _private_folder(workdir / "out")
         shared = [Mount(job_dir, "/job")]
         if self.model_cache is not None:
-            shared.append(Mount(self.model_cache, "/cache"))
+            shared.append(Mount(self.model_cache, "/cache/huggingface"))
         labels = {JOB_LABEL: job.job_id}
         # The model's caches (hashes, converted files) go to the tmpfs; downloaded models come read-only.
         environment = {"KNOWGIC_CACHE": "/tmp/knowgic-cache", "HF_HOME": "/cache/huggingface"}

@@ -1,7 +1,8 @@
-"""The sandbox against plain hostile commands, on a real Docker engine (marker ``container``).
+"""The sandbox against plain hostile commands, on a real Docker engine (marker ``container``), and the
+runner's image and sandbox helpers that need no engine (default suite).
 
-Each case runs a short Python program in the locally made Debian base image under run_sandboxed and
-checks that it was contained (the result says why it ended) and that the host was not touched.
+Each engine case runs a short Python program in the locally made Debian base image under run_sandboxed
+and checks that it was contained (the result says why it ended) and that the host was not touched.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from typing import Any
 import pytest
 
 from runner.sandbox import EndReason, Mount, SandboxLimits, SandboxResult, run_sandboxed
-
-pytestmark = pytest.mark.container
 
 SMALL = SandboxLimits(memory_bytes=256 << 20, cpus=1.0, pids=64, timeout_seconds=30, log_bytes=64 * 1024)
 
@@ -34,6 +33,7 @@ def _shared_dir(path: Path) -> Path:
     return path
 
 
+@pytest.mark.container
 def test_a_plain_command_runs_non_root_without_capabilities(docker_client: Any, base_image: str) -> None:
     result = _python(
         docker_client,
@@ -49,6 +49,7 @@ def test_a_plain_command_runs_non_root_without_capabilities(docker_client: Any, 
     assert "uid 10001 caps 0000000000000000 nnp 1" in result.logs
 
 
+@pytest.mark.container
 def test_network_egress_is_impossible(docker_client: Any, base_image: str) -> None:
     result = _python(
         docker_client,
@@ -75,6 +76,7 @@ def test_network_egress_is_impossible(docker_client: Any, base_image: str) -> No
     assert "CONNECTED" not in result.logs and "RESOLVED" not in result.logs
 
 
+@pytest.mark.container
 def test_writes_land_only_in_the_writable_mount(docker_client: Any, base_image: str, tmp_path: Path) -> None:
     out = _shared_dir(tmp_path / "out")
     readonly = _shared_dir(tmp_path / "inputs")
@@ -107,6 +109,7 @@ def test_writes_land_only_in_the_writable_mount(docker_client: Any, base_image: 
     assert not Path("/evil").exists()
 
 
+@pytest.mark.container
 def test_host_files_are_out_of_reach(docker_client: Any, base_image: str, tmp_path: Path) -> None:
     secret = tmp_path / "host-secret.txt"
     secret.write_text("the host's secret")
@@ -133,6 +136,7 @@ def test_host_files_are_out_of_reach(docker_client: Any, base_image: str, tmp_pa
     assert "READ /etc/shadow" not in result.logs  # the image's own shadow file, and even that is root's only
 
 
+@pytest.mark.container
 def test_a_fork_bomb_hits_the_pids_limit(docker_client: Any, base_image: str) -> None:
     result = _python(
         docker_client,
@@ -157,6 +161,7 @@ def test_a_fork_bomb_hits_the_pids_limit(docker_client: Any, base_image: str) ->
     assert "fork refused after" in result.logs
 
 
+@pytest.mark.container
 def test_a_shell_fork_bomb_is_killed_at_the_timeout(docker_client: Any, base_image: str) -> None:
     limits = SandboxLimits(memory_bytes=256 << 20, cpus=0.5, pids=64, timeout_seconds=8)
     result = run_sandboxed(
@@ -172,6 +177,7 @@ def test_a_shell_fork_bomb_is_killed_at_the_timeout(docker_client: Any, base_ima
     assert _engine_is_healthy(docker_client)
 
 
+@pytest.mark.container
 def test_a_memory_bomb_is_oom_killed(docker_client: Any, base_image: str) -> None:
     result = _python(
         docker_client,
@@ -189,6 +195,7 @@ def test_a_memory_bomb_is_oom_killed(docker_client: Any, base_image: str) -> Non
     assert "memory limit of 0.25 GiB" in result.describe()
 
 
+@pytest.mark.container
 def test_an_endless_loop_is_killed_at_the_timeout(docker_client: Any, base_image: str) -> None:
     limits = SandboxLimits(timeout_seconds=3, cpus=0.5)
     result = run_sandboxed(
@@ -199,6 +206,7 @@ def test_an_endless_loop_is_killed_at_the_timeout(docker_client: Any, base_image
     assert "wall-clock limit of 3 s" in result.describe()
 
 
+@pytest.mark.container
 def test_a_log_flood_is_capped_and_keeps_the_end(docker_client: Any, base_image: str) -> None:
     lines: list[str] = []
     result = _python(
@@ -220,6 +228,7 @@ def test_a_log_flood_is_capped_and_keeps_the_end(docker_client: Any, base_image:
     assert 0 < sum(len(line) + 1 for line in lines) <= SMALL.log_bytes // 2
 
 
+@pytest.mark.container
 def test_a_cancelled_run_is_killed(docker_client: Any, base_image: str) -> None:
     import threading
 
@@ -238,6 +247,7 @@ def test_a_cancelled_run_is_killed(docker_client: Any, base_image: str) -> None:
     assert result.seconds < 20
 
 
+@pytest.mark.container
 def test_no_container_is_left_behind(docker_client: Any, base_image: str) -> None:
     result = run_sandboxed(
         docker_client, base_image, ["true"], gpus="none", labels={"org.knowgic.test": "leftover"}
@@ -246,6 +256,7 @@ def test_no_container_is_left_behind(docker_client: Any, base_image: str) -> Non
     assert docker_client.containers.list(all=True, filters={"label": "org.knowgic.test=leftover"}) == []
 
 
+@pytest.mark.container
 def test_root_is_refused(docker_client: Any, base_image: str) -> None:
     from knowgic.errors import KnowgicError
 
@@ -255,3 +266,113 @@ def test_root_is_refused(docker_client: Any, base_image: str) -> None:
 
 def _engine_is_healthy(client: Any) -> bool:
     return bool(client.ping()) and os.path.exists("/") and socket.gethostname() != ""
+
+
+# -- no engine needed ---------------------------------------------------------------------------------
+
+
+def test_limits_refuse_nonsense() -> None:
+    from knowgic.errors import KnowgicError
+
+    with pytest.raises(KnowgicError, match="pids"):
+        SandboxLimits(pids=0)
+    with pytest.raises(KnowgicError, match="timeout_seconds"):
+        SandboxLimits(timeout_seconds=0)
+
+
+def test_limits_come_from_the_environment() -> None:
+    from knowgic.errors import KnowgicError
+    from runner.containers import default_limits
+
+    limits = default_limits(
+        {"KNOWGIC_SANDBOX_MEMORY": "3G", "KNOWGIC_SANDBOX_PIDS": "64", "KNOWGIC_SANDBOX_TIMEOUT": "90"}
+    )
+    assert (limits.memory_bytes, limits.pids, limits.timeout_seconds) == (3 << 30, 64, 90.0)
+    assert default_limits({}).memory_bytes == 16 << 30
+    with pytest.raises(KnowgicError, match=r"KNOWGIC_SANDBOX_CPUS='many': expected a number of CPUs"):
+        default_limits({"KNOWGIC_SANDBOX_CPUS": "many"})
+
+
+def test_gpus_choice() -> None:
+    from knowgic.errors import KnowgicError
+    from runner.sandbox import resolve_gpus
+
+    assert resolve_gpus("none") is False
+    assert resolve_gpus("all") is True
+    with pytest.raises(KnowgicError, match="all, none or auto"):
+        resolve_gpus("some")
+
+
+@pytest.mark.parametrize(
+    ("reason", "exit_code", "words"),
+    [
+        (EndReason.TIMEOUT, 137, "wall-clock limit of 30 s"),
+        (EndReason.OOM_KILLED, 137, "memory limit of 0.25 GiB"),
+        (EndReason.PIDS_LIMIT, 1, "limit of 64 processes (exit code 1)"),
+        (EndReason.EXITED, 3, "exited with code 3"),
+        (EndReason.CANCELLED, 137, "other stage"),
+    ],
+)
+def test_a_result_says_why_it_ended(reason: EndReason, exit_code: int, words: str) -> None:
+    result = SandboxResult(reason, exit_code, "cpu", 1.0, "", False, limits=SMALL)
+    assert words in result.describe()
+    assert result.ok is False
+
+
+def test_a_job_failure_quotes_the_stage_s_last_error_line() -> None:
+    from runner.containers import _last_error_line
+
+    logs = "loading\nTraceback (most recent call last):\n  File x\nValueError: bad hparams\nbye\n"
+    assert _last_error_line(logs) == "ValueError: bad hparams"
+    assert (
+        _last_error_line("error: delta edit-0001: tensor has NaN\n")
+        == "error: delta edit-0001: tensor has NaN"
+    )
+    assert _last_error_line("all fine\n") is None
+
+
+def test_edit_images_are_tagged_by_submission_and_runner_image() -> None:
+    from runner.images import _edit_dockerfile, edit_image_tag
+
+    sha = "ab" * 32
+    first, second = edit_image_tag("sha256:" + "1" * 64, sha), edit_image_tag("sha256:" + "2" * 64, sha)
+    assert first.startswith("knowgic-edit:" + sha[:24]) and first != second
+    with_requirements = _edit_dockerfile(
+        "knowgic-runner:test", has_requirements=True, has_ca=True
+    ).splitlines()
+    assert with_requirements[0] == "FROM knowgic-runner:test" and with_requirements[-1] == "USER knowgic"
+    assert any("pip install -r" in line for line in with_requirements)
+    without = _edit_dockerfile("knowgic-runner:test", has_requirements=False, has_ca=False)
+    assert "pip install" not in without and "chmod -R a+rX,go-w /submission" in without
+
+
+def test_the_build_context_leaves_data_out() -> None:
+    import docker.utils.build
+
+    from runner.images import _read_dockerignore, repository_root
+
+    root = repository_root()
+    names = set(docker.utils.build.exclude_paths(str(root), _read_dockerignore(root), "Dockerfile"))
+    assert {
+        "Dockerfile",
+        "pyproject.toml",
+        "README.md",
+        "knowgic/__init__.py",
+        "docker/requirements.lock",
+    } <= names
+    for name in names:
+        assert not name.startswith((".git/", "tests/", "results/", "knowgic-store/", "out/")), name
+        assert "__pycache__" not in name and not name.endswith(".sqlite"), name
+
+
+def test_the_lock_pins_every_dependency_exactly() -> None:
+    from runner.images import repository_root
+
+    lines = [
+        line.strip()
+        for line in (repository_root() / "docker" / "requirements.lock").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert len(lines) > 40 and all("==" in line for line in lines)
+    names = {line.split("==")[0] for line in lines}
+    assert {"transformers", "datasets", "docker", "sqlalchemy", "hatchling"} <= names and "torch" not in names
