@@ -59,6 +59,8 @@ CSS = """
 
 
 def _fmt_seconds(seconds: float) -> str:
+    if seconds < 1:
+        return "<1 s"
     if seconds < 60:
         return f"{seconds:.0f} s"
     if seconds < 3600:
@@ -128,13 +130,13 @@ def jobs_frame(jobs: Sequence[Any]) -> pd.DataFrame:
                 "State": str(job.state).lower(),
                 "Attempts": f"{job.attempts}/{job.max_attempts}",
                 "Time in each state": times or "–",
-                "Worker": job.worker or "–",
                 "Reason": job.reason or "",
-                "Updated": job.updated_at.isoformat(timespec="seconds"),
+                "Worker": job.worker or "–",
+                "Updated": job.updated_at.astimezone(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
             }
         )
     columns = ["Job", "Submission", "Model", "Protocol", "Mode", "State", "Attempts", "Time in each state"]
-    return pd.DataFrame.from_records(records, columns=[*columns, "Worker", "Reason", "Updated"])
+    return pd.DataFrame.from_records(records, columns=[*columns, "Reason", "Worker", "Updated"])
 
 
 def _query(
@@ -551,7 +553,13 @@ def build_app(
                 )
             with gr.Tab("Queue", id="queue"):
                 queue_refresh = gr.Button("Refresh", size="sm", elem_id="kg-queue-refresh")
-                queue_view = gr.Dataframe(queue_table(), interactive=False, wrap=True, elem_id="kg-queue")
+                queue_view = gr.Dataframe(
+                    queue_table(),
+                    interactive=False,
+                    wrap=True,
+                    column_widths=["13%", "10%", "9%", "6%", "8%", "6%", "5%", "12%", "17%", "7%", "7%"],
+                    elem_id="kg-queue",
+                )
         timer = gr.Timer(refresh_seconds)
 
         table_inputs = [search, *filters, sort, order, columns, page]

@@ -185,6 +185,14 @@ def test_compare_two_results(site, page, artifacts) -> None:
     assert "IFR" in page.locator("#kg-compare-metrics").inner_text()
     page.screenshot(path=str(artifacts / "05-compare.png"), full_page=True)
 
+    # The same comparison by its permalink.
+    page.goto(f"{url}?a={board.entries['none']}&b={board.entries['rome']}")
+    page.wait_for_function(
+        "() => { const t = document.querySelector('#kg-compare-message textarea');"
+        " return t && t.value.includes('paired'); }"
+    )
+    page.locator("#kg-compare-edits [role=row].virtual-row").first.wait_for()
+
 
 def test_submit_an_archive_and_see_it_queued(site, page, artifacts) -> None:
     board, url = site
@@ -203,6 +211,20 @@ def test_submit_an_archive_and_see_it_queued(site, page, artifacts) -> None:
     job = page.locator("#kg-queue [role=row].virtual-row", has_text="scripted-editor 1.0.0").first
     job.wait_for()
     assert "pending" in job.inner_text() and "knowgic-tiny" in job.inner_text()
+
+    # A worker takes the job and it fails: the queue view follows without a reload.
+    from runner.queue import JobQueue
+
+    queue = JobQueue(board.store.queue_url())
+    try:
+        claimed = queue.claim("browser-test-worker")
+        assert claimed is not None
+        queue.fail(claimed.job_id, "browser-test-worker", "the edit stage ran out of memory (test)")
+    finally:
+        queue.close()
+    failed = page.locator("#kg-queue [role=row].virtual-row", has_text="ran out of memory").first
+    failed.wait_for()
+    assert "failed" in failed.inner_text() and "running" in failed.inner_text()  # time in each state
     page.screenshot(path=str(artifacts / "07-queue.png"), full_page=True)
 
 
