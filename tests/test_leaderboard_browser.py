@@ -134,6 +134,23 @@ def test_browse_filter_search_sort(site, page, artifacts) -> None:
     page.locator("#kg-columns label", has_text="IFR n=3").click()
     page.wait_for_function("() => document.querySelector('#kg-table thead').innerText.includes('IFR n=3')")
 
+    # What a submitter wrote is text in the table too.
+    page.locator("#kg-columns label", has_text="Submitted by").click()
+    page.wait_for_function(
+        "() => document.querySelector('#kg-table thead').innerText.includes('Submitted by')"
+    )
+    choose(page, "kg-filter-source", "reported")  # off again
+    search.fill("Mallory")
+    wait_status(page, r"(^|\n)0 result")  # the editor filter (rome) hides the ICE submission
+    choose(page, "kg-filter-editor", "rome")  # off again
+    wait_status(page, r"(^|\n)1 result")
+    assert SCRIPT in " ".join(table_column(page, "Submitted by"))
+    assert page.locator("#kg-table script, #kg-table img").count() == 0
+    search.fill("")
+    choose(page, "kg-filter-editor", "rome")
+    choose(page, "kg-filter-source", "reported")
+    wait_status(page, r"(^|\n)3 result")
+
     # The plots follow the filters: Llama-3-8B's reported ROME point and the frontier.
     page.get_by_role("tab", name="Plots").click()
     page.locator("#kg-tradeoff svg.main-svg").first.wait_for()
