@@ -10,7 +10,7 @@
 # docker/extra/wheels/ (runner.images.build_runner_image does so for CPU test images).
 # Only classic-builder instructions are used, so the engine's builder and the docker SDK both build it;
 # the layers are ordered so that a change to the sources rebuilds only the last install.
-ARG BASE_IMAGE=pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
+ARG BASE_IMAGE=pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
 FROM ${BASE_IMAGE}
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \

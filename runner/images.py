@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import docker
     from runner.submission import Submission
 
-DEFAULT_BASE_IMAGE = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+DEFAULT_BASE_IMAGE = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
 LOCAL_BASE_IMAGE = "knowgic-base:bookworm"
 RUNNER_REPOSITORY = "knowgic-runner"
 EDIT_REPOSITORY = "knowgic-edit"

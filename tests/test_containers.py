@@ -75,7 +75,9 @@ def _honest_submission(root: Path) -> Path:
     return folder
 
 
-def _hostile_submission(root: Path, case: str, editor_class: str, hparams: dict[str, Any]) -> Path:
+def _hostile_submission(
+    root: Path, case: str, editor_class: str, hparams: dict[str, Any], requirements: list[str] | None = None
+) -> Path:
     """The example package + hostile_editors.py, with a manifest naming ``editor_class``."""
     folder = root / case
     folder.mkdir(parents=True)
@@ -90,6 +92,7 @@ def _hostile_submission(root: Path, case: str, editor_class: str, hparams: dict[
         "hparams": {"knowgic-tiny": hparams},
         "models": ["knowgic-tiny"],
         "protocols": ["logprob"],
+        **({"requirements": requirements} if requirements else {}),
     }
     (folder / "submission.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     return folder
@@ -222,6 +225,8 @@ def test_a_second_job_of_the_same_submission_reuses_its_image(
     assert "(cached)" in _queue(store).logs(newest.job_id)
 
 
+# Installed into the network case's edit image while it builds: the network is there then, and only then.
+NETWORK_REQUIREMENT = "wcwidth==0.2.13"
 HOSTILE_CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "network": ("NetworkEgress", {}),
     "write": ("WriteOutside", {}),
@@ -251,7 +256,9 @@ def hostile_run(runner_image: str, tmp_path_factory: pytest.TempPathFactory) -> 
     for case, (editor_class, hparams) in HOSTILE_CASES.items():
         if case in ("write", "read"):
             hparams = {**hparams, "host_paths": host_paths}
-        jobs[case] = _submit(store, _hostile_submission(root / "submissions", case, editor_class, hparams))
+        requirements = [NETWORK_REQUIREMENT] if case == "network" else None
+        folder = _hostile_submission(root / "submissions", case, editor_class, hparams, requirements)
+        jobs[case] = _submit(store, folder)
     before = {path: path.stat().st_mtime_ns for path in host_files.iterdir()}
     started = time.monotonic()
     _work(store, len(jobs))
@@ -276,7 +283,7 @@ def _failed(hostile_run: dict[str, Any], case: str) -> str:
 
 def test_network_egress_is_blocked(hostile_run: dict[str, Any]) -> None:
     reason = _failed(hostile_run, "network")
-    assert "egress blocked" in reason and "no DNS" in reason
+    assert "egress blocked: requirement wcwidth 0.2.13 installed" in reason and "no DNS" in reason
     assert "the edit stage (the submitted editor) exited with code" in reason
 
 

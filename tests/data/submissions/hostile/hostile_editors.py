@@ -18,12 +18,15 @@ from knowgic.editors import EditHandle, Editor
 
 
 class NetworkEgress(Editor):
-    """Tries to reach the internet, the engine's bridge and DNS."""
+    """Tries to reach the internet, the engine's bridge and DNS, after importing the requirement its
+    manifest asks for (installed while the image was built, the one moment a submission has the network)."""
 
     name = "hostile-network"
 
     def apply(self, model: Any, tokenizer: Any, requests: Any) -> EditHandle:
-        seen = []
+        import wcwidth
+
+        seen = [f"requirement wcwidth {wcwidth.__version__} installed"]
         for host, port in (("1.1.1.1", 53), ("151.101.0.223", 443), ("172.17.0.1", 2375)):
             try:
                 socket.create_connection((host, port), timeout=3).close()
