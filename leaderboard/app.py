@@ -616,8 +616,9 @@ def build_app(
             query = _query(search, rest[: len(CATEGORICAL)], *rest[len(CATEGORICAL) :], 1)
             frame = state.board.select(query)
             models = sorted(frame["model"].unique().tolist()) if not frame.empty else []
-            if model not in models:
-                model = models[0] if models else None
+            if model not in models:  # first the model with the most runs shown (stored before reported)
+                counts = frame.groupby("model")["source"].agg(lambda s: ((s != "reported").sum(), len(s)))
+                model = max(models, key=lambda m: (*counts[m], -models.index(m))) if models else None
             return (
                 gr.Dropdown(choices=models, value=model),
                 plots.tradeoff_figure(frame, model),

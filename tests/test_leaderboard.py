@@ -490,6 +490,10 @@ def test_plots_follow_the_filters(served, board_store) -> None:
     assert (
         model["value"] == "GPT2-XL" and len(json.loads(tradeoff["plot"])["data"]) == 6
     )  # 5 editors + frontier
+    model, _, _ = client.predict(
+        "", "", [], [], [], [], [], [], "deep_editing_score", "descending", ALL_COLUMNS, api_name="/plots"
+    )
+    assert model["value"] == "knowgic-tiny"  # by default the model with the most stored runs
 
 
 def test_the_space_entry_serves_the_configured_store_folder(monkeypatch, tmp_path) -> None:
