@@ -198,6 +198,7 @@ def build_app(
             if shown.cells
             else pd.DataFrame(columns=shown.headers),
             datatype=shown.datatypes,
+            column_widths=shown.widths,
         )
         status = f"{shown.total} result(s) match of {len(board.rows)} · page {shown.page} of {shown.pages}"
         return table, status, shown.page, shown.row_ids

@@ -327,6 +327,7 @@ class TableQuery:
 class TablePage:
     headers: list[str]
     datatypes: list[str]
+    widths: list[str]
     cells: list[list[Any]]
     row_ids: list[str]
     total: int  # rows matching the query
@@ -387,6 +388,7 @@ class Board:
         return TablePage(
             headers=[COLUMN_HEADERS[c] for c in columns],
             datatypes=["html" if c in _HTML_COLUMNS else "str" for c in columns],
+            widths=[column_width(c) for c in columns],
             cells=cells,
             row_ids=shown["row_id"].tolist() if total else [],
             total=total,
@@ -421,6 +423,16 @@ class Board:
 
 
 _METRIC_KEYS = frozenset(key for key, _ in ALL_METRICS)
+_WIDTHS = {"links": "120px", "row_id": "200px", "submitter": "220px", "added": "170px"}
+
+
+def column_width(column: str) -> str:
+    """A metric cell holds value, interval and n on one line; names wrap."""
+    if column in _METRIC_KEYS:
+        return "190px"
+    return _WIDTHS.get(column, "115px")
+
+
 _HTML_COLUMNS = _METRIC_KEYS | {"links", "row_id"}
 
 
