@@ -266,6 +266,13 @@ def build_app(
         download = state.downloads / f"results-{row.entry.results_sha256[:16]}.json"
         if not download.exists():
             shutil.copyfile(row.entry.results_file, download)
+        files = [str(download)]
+        archive = store.submission_path(row.entry.submission_sha256) if row.entry.submission_sha256 else None
+        if archive is not None:  # a verified run's code: the submission archive it was run from
+            copy = state.downloads / f"submission-{archive.name}"
+            if not copy.exists():
+                shutil.copyfile(archive, copy)
+            files.append(str(copy))
         config = dict(document["config"])
         return (
             views.detail_header(row, permalink),
@@ -277,7 +284,7 @@ def build_app(
             config,
             views.provenance(row, document),
             document.get("environment"),
-            str(download),
+            files,
         )
 
     def show_chains(row_id: str | None, edit_id: str | None):
@@ -500,7 +507,10 @@ def build_app(
                     label="Metrics", interactive=False, wrap=True, elem_id="kg-detail-metrics"
                 )
                 detail_download = gr.File(
-                    label="results.json", interactive=False, elem_id="kg-detail-download"
+                    label="results.json (and the submission archive of a verified run)",
+                    file_count="multiple",
+                    interactive=False,
+                    elem_id="kg-detail-download",
                 )
                 heatmap = gr.Plot(label="Per-edit metrics", elem_id="kg-heatmap")
                 per_edit = gr.Dataframe(label="Per edit", interactive=False, wrap=True, elem_id="kg-per-edit")

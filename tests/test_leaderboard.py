@@ -333,7 +333,7 @@ def test_detail_view_of_a_run(served, board_store) -> None:
     assert config["hparams_sha256"] == doc["config"]["hparams_sha256"] and config["hparams"]
     assert provenance["results_sha256"] == doc["sha256"] and provenance["dataset"] == doc["dataset"]
     assert environment == doc["environment"]
-    assert Path(download).read_bytes() == board_store.runs["rome"].read_bytes()
+    assert [Path(f).read_bytes() for f in download] == [board_store.runs["rome"].read_bytes()]
     assert json.loads(heatmap["plot"])["data"][0]["type"] == "heatmap"
     second = doc["per_edit"][1]["edit_id"]
     chains2 = client.predict(entry, second, api_name="/chains")
@@ -343,7 +343,9 @@ def test_detail_view_of_a_run(served, board_store) -> None:
 def test_submitter_text_is_shown_as_text_never_markup(served, board_store) -> None:
     _, client = served
     entry = board_store.entries["verified"]
-    header, *_rest, provenance, _env, _download = client.predict(entry, api_name="/detail")
+    header, *_rest, provenance, _env, download = client.predict(entry, api_name="/detail")
+    archive = board_store.store.submission_path(provenance["store_entry"]["submission_sha256"])
+    assert Path(download[1]).read_bytes() == archive.read_bytes()  # the run's code
     assert "<script" not in header and "&lt;script&gt;" in header
     assert "<img" not in header and "&lt;img" in header
     assert 'href="javascript' not in header.lower() and JS_LINK in header  # shown, as text only
