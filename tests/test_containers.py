@@ -225,6 +225,39 @@ def test_a_second_job_of_the_same_submission_reuses_its_image(
     assert "(cached)" in _queue(store).logs(newest.job_id)
 
 
+def test_a_sequential_job_equals_a_local_sequential_evaluate(runner_image: str, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    folder = _honest_submission(tmp_path)
+    manifest = yaml.safe_load((folder / "submission.yaml").read_text())
+    (folder / "submission.yaml").write_text(yaml.safe_dump({**manifest, "modes": ["sequential"]}))
+    job_id = _submit(store, folder)
+    _work(store, 1)
+    job = _queue(store).get(job_id)
+    assert job.state == JobState.FINISHED and job.mode == "sequential", job.reason
+    local = _cli(
+        "evaluate",
+        "--model",
+        "knowgic-tiny",
+        "--editor",
+        "knowgic_rank_one.editor:RankOneFT",
+        "--hparams",
+        str(folder / "rank_one_ft.yaml"),
+        "--mode",
+        "sequential",
+        "--limit",
+        str(LIMIT),
+        "--out",
+        str(tmp_path / "local"),
+        env={"PYTHONPATH": str(folder)},
+    )
+    assert local.returncode == 0, local.stderr[-2000:]
+    (entry,) = ResultsStore(store).scan().entries
+    assert entry.document["runner"]["deltas"] == 1  # one cumulative delta after the last edit
+    _assert_same_metrics(
+        entry.document["metrics"], json.loads((tmp_path / "local" / "results.json").read_text())["metrics"]
+    )
+
+
 # Installed into the network case's edit image while it builds: the network is there then, and only then.
 NETWORK_REQUIREMENT = "wcwidth==0.2.13"
 HOSTILE_CASES: dict[str, tuple[str, dict[str, Any]]] = {
