@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
@@ -263,7 +263,7 @@ def _read_dockerignore(root: Path) -> list[str]:
 
 
 def _context_archive(
-    files: Iterable[tuple[str, Path]], generated: Mapping[str, bytes], handle: io.BufferedRandom
+    files: Iterable[tuple[str, Path]], generated: Mapping[str, bytes], handle: IO[bytes]
 ) -> None:
     """A build context: ``files`` (name in the context, path here) and ``generated`` (name, bytes)."""
     with tarfile.open(fileobj=handle, mode="w") as archive:
@@ -297,7 +297,7 @@ class BuiltImage:
 
 def _stream_build(
     client: docker.DockerClient,
-    context: io.BufferedRandom,
+    context: IO[bytes],
     *,
     tag: str,
     buildargs: Mapping[str, str],
@@ -376,7 +376,6 @@ def build_runner_image(
         (name, root / name)
         for name in docker.utils.build.exclude_paths(str(root), _read_dockerignore(root), "Dockerfile")
     ]
-    generated: dict[str, bytes] = {}
     if ca_bundle is not None and ca_bundle.is_file():
         files.append(("docker/extra/ca-certificates.crt", ca_bundle))
     if torch_wheel is not None:
@@ -391,8 +390,8 @@ def build_runner_image(
         buildargs["PIP_INDEX_URL"] = pip_index_url
     log(f"building {tag} FROM {base_image}")
     with tempfile.TemporaryFile(prefix="knowgic-context-") as context:
-        _context_archive(files, generated, context)  # type: ignore[arg-type]
-        _stream_build(client, context, tag=tag, buildargs=buildargs, labels=None, log=log)  # type: ignore[arg-type]
+        _context_archive(files, {}, context)
+        _stream_build(client, context, tag=tag, buildargs=buildargs, labels=None, log=log)
     image = client.images.get(tag)
     return BuiltImage(tag, str(image.id), True, time.monotonic() - started, dict(image.labels or {}))
 
@@ -462,8 +461,8 @@ def build_edit_image(
     }
     log(f"building the edit image {tag} ({len(requirements)} requirement(s))")
     with tempfile.TemporaryFile(prefix="knowgic-edit-context-") as context:
-        _context_archive(files, generated, context)  # type: ignore[arg-type]
-        _stream_build(client, context, tag=tag, buildargs={}, labels=labels, log=log)  # type: ignore[arg-type]
+        _context_archive(files, generated, context)
+        _stream_build(client, context, tag=tag, buildargs={}, labels=labels, log=log)
     image = client.images.get(tag)
     return BuiltImage(tag, str(image.id), True, time.monotonic() - started, dict(image.labels or {}))
 
