@@ -19,7 +19,7 @@ from tests.test_leaderboard import SCRIPT, build_leaderboard_store, free_port
 pytestmark = pytest.mark.browser
 
 CHROMIUM = Path("/usr/bin/chromium")
-TIMEOUT_MS = 30_000
+TIMEOUT_MS = 60_000  # generous: CI machines are shared
 
 
 @pytest.fixture(scope="module")
