@@ -512,6 +512,11 @@ class DeltaReader:
             data = _read_regular_file(self.folder / expected_file, self.max_tensor_bytes, "delta")
             nbytes += len(data)
             tensors = self._validated_tensors(expected_file, data)
+            listed = sidecar.get("tensor_names")
+            if listed is not None and sorted(listed) != sorted(tensors):
+                raise DeltaError(
+                    f"delta sidecar {sidecar_path.name} lists tensors other than those {expected_file} holds"
+                )
         elif os.path.lexists(self.folder / expected_file):
             raise DeltaError(f"delta {expected_file} exists but its sidecar says the edit changed no tensor")
         edits = [

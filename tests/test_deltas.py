@@ -271,10 +271,14 @@ def test_oversized_delta_is_refused(model, tmp_path) -> None:
             lambda s: s["edits"][0].update(info={"log": "x" * 70_000}),
             "the info of edit 0123456789ab has 70011 bytes",
         ),
+        (
+            lambda s: s.update(tensor_names=[]),
+            "lists tensors other than those edit-0000-0123456789ab.safetensors",
+        ),
         (lambda s: s.update(mode="sequential"), "is for mode 'sequential', the job's is 'independent'"),
         (lambda s: s.update(key="edit-0001-0123456789ab"), "claims key 'edit-0001-0123456789ab'"),
     ],
-    ids=["format", "edit-id", "extra-field", "prefix-size", "info-size", "mode", "key"],
+    ids=["format", "edit-id", "extra-field", "prefix-size", "info-size", "tensor-names", "mode", "key"],
 )
 def test_malformed_sidecar_is_refused(model, tmp_path, change, message: str) -> None:
     key = _write(tmp_path, _edited(model))
