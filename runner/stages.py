@@ -411,7 +411,7 @@ class ReplayEditor(Editor):
             self.reader.wait_for(key)
             delta = self.reader.read(key, self.mode, expected_ids=[edit_id])
             restore = apply_tensors(model, delta.tensors)
-            del delta.tensors
+            delta.tensors = {}  # the model holds them now; the saved values are in ``restore``
 
             def restore_and_delete() -> None:
                 restore()

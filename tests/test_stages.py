@@ -438,3 +438,29 @@ def test_bench_split_measures_the_three_runs_and_they_agree(capsys) -> None:
     assert figures["metrics_agree"] is True and figures["deltas"] == 2
     assert figures["peak_bytes_streaming"] <= figures["delta_bytes_written"] / 2 * 1.01
     assert figures["split_then_seconds"] > 0 and figures["plain_seconds"] > 0
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda edits: edits.reverse(),
+            r"delta sequential.json lists \w{12} as edit 1, the plan's is \w{12}",
+        ),
+        (lambda edits: edits.append({**edits[0]}), "delta sequential.json lists 3 edits, the plan has 2"),
+        (lambda edits: edits.pop(), r"delta sequential.json lists nothing as edit 2"),
+    ],
+    ids=["reordered", "extra-edit", "missing-edit"],
+)
+def test_sequential_delta_must_list_the_plan_s_edits_in_order(
+    knowgic_tiny, tmp_path, change, message
+) -> None:
+    spec = _job(knowgic_tiny, "ice", "sequential")
+    deltas = tmp_path / "deltas"
+    run_edit_stage(spec, None, deltas, loaded=knowgic_tiny)
+    sidecar = json.loads((deltas / "sequential.json").read_text())
+    change(sidecar["edits"])
+    (deltas / "sequential.json").write_text(json.dumps(sidecar))
+    with pytest.raises(DeltaError, match=message):
+        run_score_stage(spec, deltas, tmp_path / "results", loaded=knowgic_tiny, timeout_seconds=10)
+    assert not (tmp_path / "results").exists()
