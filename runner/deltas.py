@@ -30,7 +30,8 @@ import re
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,13 @@ SIDECAR_SCHEMA: dict[str, Any] = {
             "type": ["string", "null"],
         },
         "tensor_names": {"type": "array", "items": {"type": "string"}},
+        "merged_adapters": {
+            "description": "Modules whose adapters (peft tuner layers) the edit stage folded into their base "
+            "weights: the tensors are the merged weights W + s B A, not the adapter.",
+            "type": "array",
+            "items": {"type": "string", "minLength": 1, "maxLength": 1000},
+            "maxItems": 100_000,
+        },
     },
 }
 
@@ -118,6 +126,7 @@ class Delta:
     edits: list[DeltaEdit]
     tensors: dict[str, torch.Tensor]
     nbytes: int
+    merged_adapters: list[str] = field(default_factory=list)
 
 
 def independent_key(index: int, edit_id: str) -> str:
@@ -170,6 +179,89 @@ def changed_tensors(model: torch.nn.Module, pristine: Mapping[str, TensorStamp])
             "changes to the values of existing parameters and buffers only"
         )
     return {n: tensors[n].detach().to("cpu", copy=True).contiguous() for n in names}
+
+
+def _tuner_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """The outermost peft tuner layers of ``model`` (name, layer); none when peft is not installed."""
+    try:
+        from peft.tuners.tuners_utils import BaseTunerLayer
+    except ImportError:
+        return []
+    found: list[tuple[str, torch.nn.Module]] = []
+    for name, module in model.named_modules():
+        if isinstance(module, BaseTunerLayer) and not any(name.startswith(f"{outer}.") for outer, _ in found):
+            found.append((name, module))
+    return found
+
+
+@contextmanager
+def folded_adapters(model: torch.nn.Module) -> Iterator[list[str]]:
+    """Within the block, every peft tuner layer is replaced by its base layer holding the merged weights.
+
+    An adapter-based editor (peft LoRA) leaves the pristine weight W in each tuner layer's ``base_layer``
+    and adds its adapters beside it; the layer computes ``W x + Σ_a s_a B_a A_a x`` over its active
+    adapters a (s_a = α/r). Its change as a value of the pristine model's own parameter is the merged weight
+
+        W' = W + Σ_a s_a B_a A_a        (peft's ``merge``; transposed for ``fan_in_fan_out`` layers),
+
+    so inside the block the model has the pristine structure (module names, parameters) with W' in place
+    of W, and :func:`changed_tensors` records W' like any other edited weight. A layer whose adapters are
+    disabled or already merged contributes its base weight as it is (peft's forward then uses the base
+    layer alone). Yields the names of the layers whose adapters were merged. On leaving, each tuner layer
+    goes back in its place, peft unmerges, and the base layer's parameters and buffers are copied back
+    bitwise from a snapshot (unmerging subtracts, which is not exact in floating point).
+    """
+    layers = _tuner_layers(model)
+    folded: list[tuple[torch.nn.Module, str, torch.nn.Module, bool, dict[str, torch.Tensor]]] = []
+    merged_names: list[str] = []
+    try:
+        for name, layer in layers:
+            base = layer.get_base_layer()
+            parent_name, _, child = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            if layer.disable_adapters and layer.merged:
+                raise DeltaError(
+                    f"peft layer {name} has merged adapters that are disabled; the runner cannot tell which "
+                    "weights the edited model computes with"
+                )
+            snapshot = {
+                key: value.detach().clone()
+                for key, value in [*base.named_parameters(), *base.named_buffers()]
+            }
+            merge = not layer.disable_adapters and not layer.merged and bool(layer.active_adapters)
+            entry = (parent, child, layer, merge, snapshot)
+            if merge:
+                try:
+                    layer.merge(adapter_names=list(layer.active_adapters))
+                except Exception as exc:
+                    _restore_base(entry, base)
+                    raise DeltaError(
+                        f"cannot merge the adapters of peft layer {name} into its base weight: "
+                        f"{type(exc).__name__}: {one_line(str(exc), 300)}"
+                    ) from exc
+                merged_names.append(name)
+            folded.append(entry)
+            setattr(parent, child, base)
+        yield merged_names
+    finally:
+        for entry in reversed(folded):
+            parent, child, layer, _, _ = entry
+            base = getattr(parent, child)
+            setattr(parent, child, layer)
+            _restore_base(entry, base)
+
+
+def _restore_base(
+    entry: tuple[torch.nn.Module, str, torch.nn.Module, bool, dict[str, torch.Tensor]], base: torch.nn.Module
+) -> None:
+    """Undo :func:`folded_adapters`' merge of one layer: peft's bookkeeping, then the exact values."""
+    _, _, layer, merged, snapshot = entry
+    if merged and layer.merged:
+        layer.unmerge()
+    current = dict([*base.named_parameters(), *base.named_buffers()])
+    with torch.no_grad():
+        for key, value in snapshot.items():
+            current[key].copy_(value)
 
 
 def tensors_nbytes(tensors: Mapping[str, torch.Tensor]) -> int:
@@ -287,8 +379,10 @@ class DeltaWriter:
         mode: str,
         edits: Sequence[DeltaEdit],
         tensors: Mapping[str, torch.Tensor],
+        merged_adapters: Sequence[str] = (),
     ) -> int:
-        """Write one delta (tensors, then sidecar); return its bytes on disk."""
+        """Write one delta (tensors, then sidecar); return its bytes on disk. ``merged_adapters``: the
+        layers whose adapters :func:`folded_adapters` merged into ``tensors``."""
         if not re.match(KEY_PATTERN, key):
             raise ValueError(f"malformed delta key {key!r}")
         sidecar = {
@@ -307,6 +401,7 @@ class DeltaWriter:
             ],
             "tensors": f"{key}{TENSORS_SUFFIX}" if tensors else None,
             "tensor_names": sorted(tensors),
+            **({"merged_adapters": sorted(merged_adapters)} if merged_adapters else {}),
         }
         # NaN in an editor's info stays NaN, as knowgic evaluate writes it.
         sidecar_bytes = json.dumps(sidecar, ensure_ascii=False, default=str).encode("utf-8")
@@ -406,6 +501,8 @@ class DeltaReader:
         )
         self.deltas_read = 0
         self.bytes_read = 0
+        self.merged_adapter_deltas = 0
+        self.merged_adapter_modules: set[str] = set()
         self.wait_seconds = 0.0
 
     # -- markers --------------------------------------------------------------------------------------
@@ -519,6 +616,16 @@ class DeltaReader:
                 )
         elif os.path.lexists(self.folder / expected_file):
             raise DeltaError(f"delta {expected_file} exists but its sidecar says the edit changed no tensor")
+        merged_adapters = list(sidecar.get("merged_adapters", []))
+        owners = {n.split(":", 1)[1].rpartition(".")[0] for n in self.spec if n.startswith("param:")}
+        for module in merged_adapters:
+            # A label for the reader of the results (the scores come from the tensors alone), kept honest
+            # to the model's shape: a merged layer is a module with parameters of its own.
+            if module not in owners:
+                raise DeltaError(
+                    f"delta sidecar {sidecar_path.name} says adapters were merged into {module!r}, which is not "
+                    "a module with parameters in the model"
+                )
         edits = [
             DeltaEdit(
                 edit_id=e["edit_id"],
@@ -530,7 +637,12 @@ class DeltaReader:
         ]
         self.deltas_read += 1
         self.bytes_read += nbytes
-        return Delta(key=key, mode=mode, edits=edits, tensors=tensors, nbytes=nbytes)
+        if merged_adapters:
+            self.merged_adapter_deltas += 1
+            self.merged_adapter_modules.update(merged_adapters)
+        return Delta(
+            key=key, mode=mode, edits=edits, tensors=tensors, nbytes=nbytes, merged_adapters=merged_adapters
+        )
 
     def _validated_tensors(self, name: str, data: bytes) -> dict[str, torch.Tensor]:
         try:

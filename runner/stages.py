@@ -54,6 +54,7 @@ from runner.deltas import (
     DeltaWriter,
     apply_tensors,
     changed_tensors,
+    folded_adapters,
     independent_key,
     model_spec,
     one_line,
@@ -332,7 +333,8 @@ def _edit_stage(
                 handle = _apply_edit(editor, model, tokenizer, edit)
                 applied = time.perf_counter() - start
                 try:
-                    tensors = changed_tensors(model, pristine)
+                    with folded_adapters(model) as merged:
+                        tensors = changed_tensors(model, pristine)
                 finally:
                     restore_start = time.perf_counter()
                     handle.restore()
@@ -340,7 +342,7 @@ def _edit_stage(
                 assert_restored(model, pristine, editor.name)
                 edit_seconds += applied
                 delta_edit = DeltaEdit(edit.edit_id, handle.prompt_prefix, dict(handle.info), applied)
-                writer.write(independent_key(index, edit.edit_id), spec.mode, [delta_edit], tensors)
+                writer.write(independent_key(index, edit.edit_id), spec.mode, [delta_edit], tensors, merged)
                 if log is not None:
                     log(f"edit stage: edit {index + 1}/{len(plan.edits)} ({edit.edit_id}) written")
             editor.reset()
@@ -359,13 +361,14 @@ def _edit_stage(
                     )
                     if log is not None:
                         log(f"edit stage: edit {index + 1}/{len(plan.edits)} ({edit.edit_id}) applied")
-                tensors = changed_tensors(model, pristine)
+                with folded_adapters(model) as merged:
+                    tensors = changed_tensors(model, pristine)
             finally:
                 for handle in reversed(handles):
                     handle.restore()
             assert_restored(model, pristine, editor.name)
             editor.reset()
-            writer.write(SEQUENTIAL_KEY, spec.mode, delta_edits, tensors)
+            writer.write(SEQUENTIAL_KEY, spec.mode, delta_edits, tensors, merged)
     return EditStageSummary(
         deltas=writer.deltas,
         delta_bytes=writer.written_bytes,
@@ -538,6 +541,11 @@ def run_score_stage(
         "delta_bytes": reader.bytes_read,
         "score_wait_seconds": reader.wait_seconds,
         "score_stage_seconds": time.perf_counter() - started,
+        # Adapter-based edits arrive folded into their base weights (W + s B A): scored as merged weights,
+        # equal to the adapter's own forward up to floating-point rounding.
+        "adapters_merged": reader.merged_adapter_deltas > 0,
+        "adapters_merged_deltas": reader.merged_adapter_deltas,
+        "adapters_merged_modules": sorted(reader.merged_adapter_modules),
     }
     document.pop("sha256", None)
     finalize(document)
