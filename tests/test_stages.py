@@ -431,6 +431,18 @@ def test_score_stage_refuses_a_delta_for_another_edit(knowgic_tiny, tmp_path) ->
         run_score_stage(spec, deltas, tmp_path / "results", loaded=knowgic_tiny, timeout_seconds=10)
 
 
+def test_score_stage_refuses_merged_adapters_claimed_on_no_layer(knowgic_tiny, tmp_path) -> None:
+    spec, deltas, tensors_path = _tampered_rome_deltas(knowgic_tiny, tmp_path)
+    sidecar_path = tensors_path.with_suffix(".json")
+    sidecar = json.loads(sidecar_path.read_text())
+    sidecar["merged_adapters"] = ["transformer.h.0.attn.no_such_layer"]
+    sidecar_path.write_text(json.dumps(sidecar))
+    with pytest.raises(
+        DeltaError, match=re.escape("says adapters were merged into 'transformer.h.0.attn.no_such_layer'")
+    ):
+        run_score_stage(spec, deltas, tmp_path / "results", loaded=knowgic_tiny, timeout_seconds=10)
+
+
 FAILING_EDITOR = """
 from knowgic.editors.base import Editor
 
