@@ -4,7 +4,9 @@ touches the scores).
 - **Edit stage** (:func:`run_edit_stage`, in the submission's container): loads the model, imports the
   submission's editor, applies the benchmark's edits in the harness's order (one distinct edit request at
   a time in ``independent`` mode, restoring after each; all of them in ``sequential`` mode) and writes what
-  each changed as a delta (:mod:`runner.deltas`). It computes no score.
+  each changed as a delta (:mod:`runner.deltas`). It computes no score. Adapter editors (peft LoRA) are
+  taken as the merged weights W + s B A of the layers they adapt (:func:`runner.deltas.folded_adapters`);
+  any other change of the model's structure fails the job with its reason.
 - **Score stage** (:func:`run_score_stage`, the project's image only): loads the pristine model and runs
   the existing :func:`knowgic.evaluation.evaluate.evaluate` with a :class:`ReplayEditor`, a trusted editor
   that applies each validated delta and restores the saved values. So the pre-edit scores, the post-edit
