@@ -127,6 +127,9 @@ def test_split_equals_evaluate(knowgic_tiny, tmp_path, editor: str, mode: str) -
     assert all(record["seconds"] is None for record in document["per_edit"])  # not the editor's time
     expected_deltas = 1 if mode == "sequential" else LIMIT
     assert document["runner"]["deltas"] == expected_deltas and document["runner"]["stages"] == "edit/score"
+    assert (
+        document["runner"]["adapters_merged"] is False and document["runner"]["adapters_merged_modules"] == []
+    )
     if editor == "ice":  # in-context: no tensors at all, only sidecars
         assert document["runner"]["delta_bytes"] < 20_000
     else:
