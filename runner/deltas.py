@@ -43,7 +43,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save_file
 
 from knowgic.errors import KnowgicError
-from knowgic.evaluation.fingerprint import TensorStamp, changed_since
+from knowgic.evaluation.fingerprint import TensorStamp, changed_since, named_tensors
 
 DELTA_FORMAT = "knowgic-delta"
 DELTA_FORMAT_VERSION = 1
@@ -132,16 +132,6 @@ class Delta:
 def independent_key(index: int, edit_id: str) -> str:
     """The key of the ``index``-th edit (plan order) in independent mode: plan order sorts by name."""
     return f"edit-{index:04d}-{edit_id}"
-
-
-def named_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Every parameter and buffer, tied aliases included, named as the fingerprint names them."""
-    named: dict[str, torch.Tensor] = {}
-    for name, param in model.named_parameters(remove_duplicate=False):
-        named[f"param:{name}"] = param
-    for name, buf in model.named_buffers(remove_duplicate=False):
-        named[f"buffer:{name}"] = buf
-    return named
 
 
 def changed_tensors(model: torch.nn.Module, pristine: Mapping[str, TensorStamp]) -> dict[str, torch.Tensor]:

@@ -115,7 +115,8 @@ def _digest(tensor: torch.Tensor) -> str:
         return "xxh3:" + _xxh3(tensor)
 
 
-def _tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+def named_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer, tied aliases included, by its fingerprint name (``param:``/``buffer:``)."""
     named: dict[str, torch.Tensor] = {}
     for name, param in model.named_parameters(remove_duplicate=False):
         named[f"param:{name}"] = param
@@ -127,7 +128,7 @@ def _tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def _stamps(model: torch.nn.Module) -> dict[str, TensorStamp]:
     digests: dict[tuple[object, ...], str] = {}
     stamps = {}
-    for name, tensor in _tensors(model).items():
+    for name, tensor in named_tensors(model).items():
         # Tied weights share one storage: digest it once.
         alias = (tensor.device, tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tensor.stride())
         if alias not in digests:
