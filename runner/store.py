@@ -143,6 +143,13 @@ def _verify_document(document: Any, where: str, validator: jsonschema.Draft20201
     return sha
 
 
+def verify_results(document: Any, where: str) -> str:
+    """Check a results document's schema and self-hash as the store does; return its sha256.
+
+    Raises :class:`StoreFileError` naming the problem (``where`` says which file or upload it is)."""
+    return _verify_document(document, where, _validator())
+
+
 def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_bytes())

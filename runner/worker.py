@@ -45,7 +45,7 @@ from typing import Any, Protocol
 
 from knowgic.errors import KnowgicError
 from runner.queue import Job, JobLost, JobQueue
-from runner.store import ResultsStore, StoreFileError, _validator, _verify_document
+from runner.store import ResultsStore, StoreFileError, verify_results
 
 DEFAULT_HEARTBEAT_SECONDS = 10.0
 DEFAULT_POLL_SECONDS = 5.0
@@ -138,7 +138,7 @@ def check_results(path: Path, job: Job) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise JobFailure(f"the results file is not readable JSON: {exc}") from None
     try:
-        _verify_document(document, "results.json", _validator())
+        verify_results(document, "results.json")
     except StoreFileError as exc:
         raise JobFailure(f"the results are not valid: {exc}") from None
     config, dataset = document["config"], document["dataset"]
