@@ -431,8 +431,9 @@ def build_app(
         gr.Markdown(
             "# KnowGIC leaderboard\nDeep knowledge editing: IFR (Indirect Fact Recovery: how much of the "
             "old fact stays deducible, lower is better), Preservation, Efficacy, Generalization, "
-            "Specificity and the deep-editing score (higher is better), each with its n and 95% interval. Rows are *verified* (run by the runner), *local* "
-            "(a results.json someone ran) or *reported* (published by the KnowGIC paper's authors). "
+            "Specificity and the deep-editing score (higher is better), each with its n and 95% interval. "
+            "Rows are *verified* (run by the runner), *local* (a results.json someone ran) or *reported* "
+            "(published by the KnowGIC paper's authors). "
             'Hover a value for its interval; hover "–" for why a metric is undefined.'
         )
         with gr.Tabs(selected="board") as tabs:
