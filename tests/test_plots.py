@@ -84,7 +84,8 @@ def test_ifr_by_length_labels_every_bar_with_its_chain_count(runs) -> None:
     texts = _texts(fig)
     for n in "12345":
         entry = doc["metrics"]["ifr_by_length"][n]
-        assert f"{entry['value']:.2f}\n({entry['n']} chains)" in texts
+        chains = "1 chain" if entry["n"] == 1 else f"{entry['n']} chains"
+        assert f"{entry['value']:.2f}\n({chains})" in texts
     assert any(
         t.startswith(f"IFR over all {doc['metrics']['ifr']['n']} active chains = 1.000") for t in texts
     )
@@ -131,3 +132,21 @@ def test_write_plots_writes_pngs(runs, tmp_path: Path) -> None:
     paths = write_plots(_null_document(runs["ice-2"]), tmp_path)
     assert [p.name for p in paths] == ["ifr_by_length.png", "per_edit.png"]
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
+
+
+def test_ifr_by_length_draws_error_bars_only_where_an_interval_exists(runs) -> None:
+    from matplotlib.collections import LineCollection
+
+    doc = runs["none-2"]
+    by_length = doc["metrics"]["ifr_by_length"]
+    # The lengths are categories on the x axis: bar i (length i + 1) stands at x = i.
+    expected = {
+        float(i)
+        for i, n in enumerate("12345")
+        if by_length[n]["value"] is not None and by_length[n].get("interval")
+    }
+    assert len(expected) < 5, "the run should leave at least one length without an interval"
+    (ax,) = ifr_by_length_figure(doc).axes
+    bars = [c for c in ax.collections if isinstance(c, LineCollection)]
+    drawn = {float(segment[0][0]) for collection in bars for segment in collection.get_segments()}
+    assert drawn == expected

@@ -107,12 +107,16 @@ def ifr_by_length_figure(document: Mapping[str, Any]) -> plt.Figure:
         interval = by_length[n].get("interval")
         lows.append(value - interval[0] if value is not None and interval else 0.0)
         highs.append(interval[1] - value if value is not None and interval else 0.0)
-    if any(lows) or any(highs):
+    # Error bars only where an interval exists: a zero-length bar would read as an interval of width 0.
+    with_interval = [
+        i for i, n in enumerate(lengths) if values[i] is not None and by_length[n].get("interval")
+    ]
+    if with_interval:
         level = document.get("uncertainty", {}).get("level", 0.95)
         ax.errorbar(
-            lengths,
-            [v or 0.0 for v in values],
-            yerr=[lows, highs],
+            [lengths[i] for i in with_interval],
+            [values[i] for i in with_interval],
+            yerr=[[lows[i] for i in with_interval], [highs[i] for i in with_interval]],
             fmt="none",
             ecolor="#222222",
             capsize=3,
@@ -150,7 +154,7 @@ def ifr_by_length_figure(document: Mapping[str, Any]) -> plt.Figure:
         ax.text(
             x,
             top + 0.02,
-            f"{value:.2f}\n({entry['n']} chains)",
+            f"{value:.2f}\n({entry['n']} chain{'' if entry['n'] == 1 else 's'})",
             ha="center",
             va="bottom",
             fontsize=8,
