@@ -102,6 +102,16 @@ def test_summarize_orders_rows_as_sweep_does_and_tells_same_editor_runs_apart(ru
     assert len({tuple(r) for r in rows}) == len(rows)  # no two identical rows
 
 
+def test_summarize_out_refuses_an_existing_file_unless_overwrite(runs, tmp_path, capsys) -> None:
+    out = tmp_path / "summary.md"
+    out.write_text("a table someone kept\n")
+    assert _run_main(["summarize", str(runs["none"]), "--out", str(out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert out.read_text() == "a table someone kept\n"
+    assert _run_main(["summarize", str(runs["none"]), "--out", str(out), "--overwrite"]) == 0
+    assert out.read_text().startswith("| editor |")
+
+
 def test_runs_of_one_editor_with_other_hparams_show_the_hash(runs) -> None:
     a = _document(runs["rome"])
     b = copy.deepcopy(a)

@@ -188,6 +188,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a results.json file, a run folder holding one, or a sweep folder of run folders (repeatable)",
     )
     m.add_argument("--out", type=Path, help="also write the table to this Markdown file")
+    m.add_argument("--overwrite", action="store_true", help="replace the file --out names when it exists")
     m.set_defaults(func=run_summarize)
 
     q = subparsers.add_parser(
@@ -428,6 +429,8 @@ def run_summarize(args: argparse.Namespace) -> int:
     from knowgic.evaluation.results import write_atomic
     from knowgic.evaluation.sweep import summarize
 
+    if args.out is not None and args.out.exists() and not args.overwrite:
+        raise KnowgicError(f"{args.out} exists; pass --overwrite to replace it, or choose another file")
     table = summarize(args.results)
     if args.out is not None:
         try:
