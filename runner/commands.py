@@ -23,31 +23,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from knowgic.argtypes import positive_int, positive_seconds
 from knowgic.errors import KnowgicError
 
 if TYPE_CHECKING:
     from runner.queue import Job, JobQueue
     from runner.store import ResultsStore
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 seconds")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
-    return value
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -220,7 +201,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("path", metavar="PATH", help="submission folder, .tar.gz or .zip with submission.yaml")
     s.add_argument(
         "--limit",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="score only the first N edits (smoke runs; the results record the limit)",
@@ -249,14 +230,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     w.add_argument(
         "--heartbeat",
-        type=_positive_float,
+        type=positive_seconds,
         default=DEFAULT_HEARTBEAT_SECONDS,
         metavar="SECONDS",
         help=f"seconds between heartbeats (default {DEFAULT_HEARTBEAT_SECONDS:g})",
     )
     w.add_argument(
         "--grace",
-        type=_positive_float,
+        type=positive_seconds,
         default=DEFAULT_GRACE_SECONDS,
         metavar="SECONDS",
         help="seconds without a heartbeat after which a RUNNING job is taken back from its worker "
@@ -264,13 +245,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     w.add_argument(
         "--poll",
-        type=_positive_float,
+        type=positive_seconds,
         default=DEFAULT_POLL_SECONDS,
         metavar="SECONDS",
         help=f"seconds between looks at an empty queue (default {DEFAULT_POLL_SECONDS:g})",
     )
     w.add_argument(
-        "--max-jobs", type=_positive_int, default=None, metavar="N", help="stop after running N jobs"
+        "--max-jobs", type=positive_int, default=None, metavar="N", help="stop after running N jobs"
     )
     w.add_argument(
         "--workdir",

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import jsonschema
 import torch
 
+from knowgic.argtypes import positive_seconds
 from knowgic.editors.base import EditHandle, Editor
 from knowgic.errors import KnowgicError
 from knowgic.records import EditRequest
@@ -582,16 +583,6 @@ def parse_size(text: str) -> int:
     return value
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # usage errors: one line, exit 2
         self.print_usage(sys.stderr)
@@ -625,7 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--out", required=True, help="output folder for results.json and plots")
     score.add_argument(
         "--timeout",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=DEFAULT_TIMEOUT_SECONDS,
         help="seconds to wait for each delta of the edit stage (default 3600)",
     )

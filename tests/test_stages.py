@@ -564,7 +564,7 @@ def test_hostile_editor_cannot_change_the_scores(knowgic_tiny, tmp_path) -> None
         ),
         (
             ["score", "--job", "JOB", "--deltas", "d", "--out", "r", "--timeout", "-1"],
-            "error: argument --timeout: must be",
+            "error: argument --timeout: '-1' must be more than 0 seconds",
         ),
         (["edit", "--job", "BAD", "--out", "d"], "error: job file BAD at /mode: 3 is not of type 'string'"),
         (

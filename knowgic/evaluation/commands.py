@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from knowgic.argtypes import open_unit_fraction, positive_int
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
 from knowgic.uncertainty import DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED
@@ -39,26 +40,6 @@ def _protocol_param(text: str) -> tuple[str, Any]:
         return key, value
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _level(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number strictly between 0 and 1, got {text!r}")
-    return value
-
-
 def _add_stats_arguments(parser: argparse.ArgumentParser, scope: str) -> None:
     """``--stats-corpus`` and ``--stats-samples``: key statistics of ROME, MEMIT and the methods on them."""
     parser.add_argument(
@@ -70,7 +51,7 @@ def _add_stats_arguments(parser: argparse.ArgumentParser, scope: str) -> None:
     )
     parser.add_argument(
         "--stats-samples",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help=f"texts of that corpus to use; replaces the hparams' mom2_n_samples ({scope})",
     )
@@ -110,7 +91,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--mode", help=f"independent or sequential (default: {_spec_default('default_mode')}, the spec's)"
     )
     p.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
-    p.add_argument("--limit", type=_positive_int, help="evaluate only the first N distinct edits")
+    p.add_argument("--limit", type=positive_int, help="evaluate only the first N distinct edits")
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the editor's and the generate protocol's randomness"
     )
@@ -152,7 +133,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--protocol", help="scoring protocol (default: the spec's default_protocol)")
     s.add_argument("--mode", help="independent or sequential (default: the spec's default_mode)")
     s.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
-    s.add_argument("--limit", type=_positive_int, help="evaluate only the first N distinct edits")
+    s.add_argument("--limit", type=positive_int, help="evaluate only the first N distinct edits")
     s.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
     s.add_argument(
         "--device", default="auto", help="auto (default: cuda when available), cpu, cuda, cuda:1, ..."
@@ -233,14 +214,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--editor", default="rome", help="editor to benchmark (default: rome)")
     b.add_argument(
         "--naive-rows",
-        type=_positive_int,
+        type=positive_int,
         help="time the naive protocol on a seeded sample of this many rows and extrapolate "
         "(default: 100; the row count or more: every row, no extrapolation)",
     )
-    b.add_argument("--limit", type=_positive_int, help="benchmark only the first N distinct edits")
-    b.add_argument(
-        "--repeats", type=_positive_int, default=3, help="best of this many scorer/forward timings"
-    )
+    b.add_argument("--limit", type=positive_int, help="benchmark only the first N distinct edits")
+    b.add_argument("--repeats", type=positive_int, default=3, help="best of this many scorer/forward timings")
     b.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
     b.set_defaults(func=run_bench)
 
@@ -255,14 +234,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("run_b", type=Path, metavar="RUN_B", help="results.json file, or a run folder holding one")
     c.add_argument(
         "--resamples",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_RESAMPLES,
         help=f"bootstrap resamples (default: {DEFAULT_RESAMPLES})",
     )
     c.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default: {DEFAULT_SEED})")
     c.add_argument(
         "--level",
-        type=_level,
+        type=open_unit_fraction,
         default=DEFAULT_LEVEL,
         help=f"interval level, between 0 and 1 (default: {DEFAULT_LEVEL})",
     )
