@@ -192,7 +192,7 @@ def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
         (["--model", "knowgic-tiny", "--editor", "none", "--dataset-version", "9.9.9"], "9.9.9"),
         (["--model", "knowgic-tiny", "--editor", "none", "--mode", "parallel"], "unknown mode 'parallel'"),
         (["--model", "knowgic-tiny", "--editor", "none", "--dtype", "int3"], "unknown dtype 'int3'"),
-        (["--model", "knowgic-tiny", "--editor", "none", "--limit", "0"], "positive integer"),
+        (["--model", "knowgic-tiny", "--editor", "none", "--limit", "0"], "'0' must be 1 or more"),
         (
             ["--model", "knowgic-tiny", "--editor", "mypkg.nowhere:Editor"],
             "no module named 'mypkg'",

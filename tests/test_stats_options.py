@@ -74,7 +74,7 @@ def test_evaluate_uses_and_records_the_corpus_and_count(knowgic_tiny, tmp_path, 
         (["--editor", "ft", "--stats-corpus", "knowgic"], "editor 'ft' uses no key statistics"),
         (["--editor", "ice", "--stats-samples", "10"], "editor 'ice' uses no key statistics"),
         (["--editor", "rome", "--stats-corpus", "not a name"], "stats corpus 'not a name'"),
-        (["--editor", "rome", "--stats-samples", "0"], "positive integer"),
+        (["--editor", "rome", "--stats-samples", "0"], "'0' must be 1 or more"),
     ],
 )
 def test_evaluate_refuses_them_where_they_cannot_apply(args, message, tmp_path, cache, capsys) -> None:
