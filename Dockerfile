@@ -25,22 +25,22 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 ARG PIP_INDEX_URL=https://pypi.org/simple
 
 # 1. torch, only when the base image has none: the wheel from docker/extra/wheels/, its dependencies pinned.
-COPY docker/extra/ /tmp/knowgic-extra/
-COPY docker/torch-cpu.lock docker/requirements.lock /tmp/knowgic-lock/
+COPY docker/extra/ /opt/knowgic-build/extra/
+COPY docker/torch-cpu.lock docker/requirements.lock /opt/knowgic-build/lock/
 RUN set -eu; \
-    if [ -f /tmp/knowgic-extra/ca-certificates.crt ]; then export PIP_CERT=/tmp/knowgic-extra/ca-certificates.crt; fi; \
+    if [ -f /opt/knowgic-build/extra/ca-certificates.crt ]; then export PIP_CERT=/opt/knowgic-build/extra/ca-certificates.crt; fi; \
     if ! python3 -c "import torch" 2>/dev/null; then \
-        wheel=$(ls /tmp/knowgic-extra/wheels/torch-*.whl 2>/dev/null | head -n 1); \
+        wheel=$(ls /opt/knowgic-build/extra/wheels/torch-*.whl 2>/dev/null | head -n 1); \
         if [ -z "$wheel" ]; then echo "the base image has no torch and docker/extra/wheels/ holds no torch wheel" >&2; exit 1; fi; \
         python3 -m pip install --no-deps "$wheel"; \
-        python3 -m pip install -r /tmp/knowgic-lock/torch-cpu.lock; \
+        python3 -m pip install -r /opt/knowgic-build/lock/torch-cpu.lock; \
     fi; \
-    rm -rf /tmp/knowgic-extra/wheels
+    rm -rf /opt/knowgic-build/extra/wheels
 
 # 2. The pinned dependency closure (changes only when requirements.lock does).
 RUN set -eu; \
-    if [ -f /tmp/knowgic-extra/ca-certificates.crt ]; then export PIP_CERT=/tmp/knowgic-extra/ca-certificates.crt; fi; \
-    python3 -m pip install -r /tmp/knowgic-lock/requirements.lock
+    if [ -f /opt/knowgic-build/extra/ca-certificates.crt ]; then export PIP_CERT=/opt/knowgic-build/extra/ca-certificates.crt; fi; \
+    python3 -m pip install -r /opt/knowgic-build/lock/requirements.lock
 
 # 3. The project itself, without touching the pinned dependencies.
 WORKDIR /opt/knowgic
@@ -53,7 +53,7 @@ RUN python3 -m pip install --no-deps --no-build-isolation . \
     && python3 -c "import knowgic, runner" \
     && (id -u knowgic >/dev/null 2>&1 || useradd --uid 10001 --user-group --create-home --shell /bin/sh knowgic) \
     && mkdir -p /cache /results && chown knowgic:knowgic /cache /results \
-    && rm -rf /tmp/knowgic-extra /tmp/knowgic-lock
+    && rm -rf /opt/knowgic-build
 
 ARG KNOWGIC_VERSION=0.1.0
 ARG DATASET_VERSIONS=unknown
