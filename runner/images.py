@@ -410,10 +410,10 @@ def _edit_dockerfile(runner_image: str, has_requirements: bool, has_ca: bool) ->
         f"RUN chown -R root:root {SUBMISSION_DIR} && chmod -R a+rX,go-w {SUBMISSION_DIR}",
     ]
     if has_requirements:
-        cert = "PIP_CERT=/tmp/knowgic-build/ca-certificates.crt " if has_ca else ""
+        cert = "PIP_CERT=/opt/knowgic-submission-build/ca-certificates.crt " if has_ca else ""
         lines += [
-            "COPY build/ /tmp/knowgic-build/",
-            f"RUN {cert}python3 -m pip install -r /tmp/knowgic-build/requirements.txt && rm -rf /tmp/knowgic-build",
+            "COPY build/ /opt/knowgic-submission-build/",
+            f"RUN {cert}python3 -m pip install -r /opt/knowgic-submission-build/requirements.txt && rm -rf /opt/knowgic-submission-build",
         ]
     lines += [f"ENV PYTHONPATH={SUBMISSION_DIR}", "USER knowgic", ""]
     return "\n".join(lines)
