@@ -227,36 +227,30 @@ def build_app(
     def show_detail(row_id: str | None):
         row = state.board.by_id.get((row_id or "").strip())
         nothing = gr.Dropdown(choices=[], value=None)
+
+        def no_run_detail(header: str, metrics: Any) -> tuple[Any, ...]:
+            """The detail outputs of a row without a results document (none chosen, or a reported row)."""
+            return (
+                header,
+                metrics,
+                plots.heatmap_figure([], ""),
+                views.per_edit_frame({}),
+                nothing,
+                views.empty_chains(),
+                None,
+                None,
+                None,
+                None,
+            )
+
         if row is None:
             message = "Choose a result: click a row of the table, or open a permalink (?result=ID)."
             if row_id:
                 message = f"No result with id {row_id!r} in this leaderboard."
-            return (
-                f"<p>{html.escape(message)}</p>",
-                views.metrics_frame(None, None),
-                plots.heatmap_figure([], ""),
-                views.per_edit_frame({}),
-                nothing,
-                views.empty_chains(),
-                None,
-                None,
-                None,
-                None,
-            )
+            return no_run_detail(f"<p>{html.escape(message)}</p>", views.metrics_frame(None, None))
         permalink = f"?result={quote(row.row_id)}"
         if row.entry is None:  # reported: no document
-            return (
-                views.detail_header(row, permalink),
-                views.metrics_frame(row, None),
-                plots.heatmap_figure([], ""),
-                views.per_edit_frame({}),
-                nothing,
-                views.empty_chains(),
-                None,
-                None,
-                None,
-                None,
-            )
+            return no_run_detail(views.detail_header(row, permalink), views.metrics_frame(row, None))
         try:
             document = row.entry.document
         except StoreFileError as exc:
