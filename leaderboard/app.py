@@ -128,14 +128,15 @@ def jobs_frame(jobs: Sequence[Any]) -> pd.DataFrame:
                 "Protocol": job.protocol,
                 "Mode": job.mode,
                 "State": str(job.state).lower(),
-                "Attempts": f"{job.attempts}/{job.max_attempts}",
+                # Counts runs lost to dead workers or host faults, not the first run (see runner.queue).
+                "Lost runs": f"{job.attempts}/{job.max_attempts}",
                 "Time in each state": times or "–",
                 "Reason": job.reason or "",
                 "Worker": job.worker or "–",
                 "Updated": job.updated_at.astimezone(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
             }
         )
-    columns = ["Job", "Submission", "Model", "Protocol", "Mode", "State", "Attempts", "Time in each state"]
+    columns = ["Job", "Submission", "Model", "Protocol", "Mode", "State", "Lost runs", "Time in each state"]
     return pd.DataFrame.from_records(records, columns=[*columns, "Reason", "Worker", "Updated"])
 
 

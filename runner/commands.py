@@ -74,7 +74,7 @@ def _open_queue(args: argparse.Namespace, store: ResultsStore, *, create: bool) 
 
 
 def _job_line(job: Job, *, times: bool = False) -> str:
-    """Tab-separated: id, state (and where), model, protocol, mode, dataset, attempts (scripts split it)."""
+    """Tab-separated: id, state (and where), model, protocol, mode, dataset, runs lost to dead workers (scripts split it)."""
     where = f" on {job.worker} ({job.device})" if job.state == "RUNNING" else ""
     if times and job.state in ("PENDING", "RUNNING"):
         where += f" for {job.state_seconds.get(str(job.state), 0.0):.0f} s"
@@ -82,7 +82,7 @@ def _job_line(job: Job, *, times: bool = False) -> str:
     limit = f", limit {job.limit}" if job.limit else ""
     return (
         f"{job.job_id}\t{job.state}{where}\t{job.model}\t{job.protocol}\t{job.mode}\t"
-        f"dataset {job.dataset_version}{limit}\tattempts {job.attempts}/{job.max_attempts}{reason}"
+        f"dataset {job.dataset_version}{limit}\tlost runs {job.attempts}/{job.max_attempts}{reason}"
     )
 
 

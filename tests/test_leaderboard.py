@@ -425,7 +425,7 @@ def test_submit_validates_queues_and_the_queue_view_shows_the_job(served, board_
     assert message.startswith("queued 1 job(s) for scripted-editor 1.0.0"), message
     jobs = client.predict(api_name="/queue")
     row = dict(zip(jobs["headers"], jobs["data"][0], strict=True))
-    assert row["State"] == "pending" and row["Model"] == "knowgic-tiny" and row["Attempts"].startswith("0/")
+    assert row["State"] == "pending" and row["Model"] == "knowgic-tiny" and row["Lost runs"].startswith("0/")
     assert row["Submission"] == "scripted-editor 1.0.0"
 
 
