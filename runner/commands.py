@@ -74,7 +74,8 @@ def _open_queue(args: argparse.Namespace, store: ResultsStore, *, create: bool) 
 
 
 def _job_line(job: Job, *, times: bool = False) -> str:
-    """Tab-separated: id, state (and where), model, protocol, mode, dataset, runs lost to dead workers (scripts split it)."""
+    """Tab-separated (scripts split it): id, state (and where), model, protocol, mode, dataset, runs lost
+    to dead workers."""
     where = f" on {job.worker} ({job.device})" if job.state == "RUNNING" else ""
     if times and job.state in ("PENDING", "RUNNING"):
         where += f" for {job.state_seconds.get(str(job.state), 0.0):.0f} s"
