@@ -45,7 +45,16 @@ from runner.images import (
     image_id,
     remove_stale_edit_images,
 )
-from runner.sandbox import EndReason, GiB, Mount, SandboxLimits, SandboxResult, resolve_gpus, run_sandboxed
+from runner.sandbox import (
+    SCRATCH_DIR,
+    EndReason,
+    GiB,
+    Mount,
+    SandboxLimits,
+    SandboxResult,
+    resolve_gpus,
+    run_sandboxed,
+)
 from runner.stages import JobSpec, parse_size
 from runner.submission import SubmissionError, unpack_stored_archive
 from runner.worker import JobFailure
@@ -236,7 +245,7 @@ class ContainerExecutor:
             shared.append(Mount(self.model_cache, "/cache/huggingface"))
         labels = {JOB_LABEL: job.job_id}
         # The model's caches (hashes, converted files) go to the tmpfs; downloaded models come read-only.
-        environment = {"KNOWGIC_CACHE": "/tmp/knowgic-cache", "HF_HOME": "/cache/huggingface"}
+        environment = {"KNOWGIC_CACHE": f"{SCRATCH_DIR}/knowgic-cache", "HF_HOME": "/cache/huggingface"}
         edit_cancel, score_cancel = threading.Event(), threading.Event()
         # The score stage waits for the edit stage, so its clock covers both: the edit stage always reaches
         # its own limit first, and the job's reason names the stage that ran out of time.

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     import docker
 
 GiB = 1 << 30
+# The one writable place every container has (a size-capped tmpfs) besides its writable mounts.
+SCRATCH_DIR = "/tmp"
 MiB = 1 << 20
 # Seconds the in-container `timeout` waits beyond the host's limit: the host kills first when it is alive.
 IN_CONTAINER_GRACE_SECONDS = 30
@@ -246,7 +248,7 @@ def run_sandboxed(
         for mount in mounts:
             if mount.writable:
                 os.chown(mount.source, int(uid), int(gid or uid))
-    env = {"HOME": "/tmp", "TMPDIR": "/tmp", "PYTHONDONTWRITEBYTECODE": "1", "HF_HUB_OFFLINE": "1"}
+    env = {"HOME": SCRATCH_DIR, "TMPDIR": SCRATCH_DIR, "PYTHONDONTWRITEBYTECODE": "1", "HF_HUB_OFFLINE": "1"}
     env.update(environment or {})
     if not use_gpus:
         env.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -272,7 +274,7 @@ def run_sandboxed(
         mounts=docker_mounts,
         network_mode="none",
         read_only=True,
-        tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_bytes}"},
+        tmpfs={SCRATCH_DIR: f"rw,nosuid,nodev,size={limits.tmpfs_bytes}"},
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
         init=True,
