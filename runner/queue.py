@@ -319,6 +319,39 @@ class JobQueue:
         )
         return result.rowcount == 1
 
+    def _unclaim(
+        self, connection: Connection, row: Any, now: float, *, guard: Any = None, **values: Any
+    ) -> bool:
+        """PENDING again, free for any worker: no owner, heartbeat or device."""
+        return self._transition(
+            connection,
+            row,
+            JobState.PENDING,
+            now,
+            guard=guard,
+            worker=None,
+            heartbeat_at=None,
+            device=None,
+            **values,
+        )
+
+    def _count_lost_run(
+        self, connection: Connection, row: Any, now: float, *, guard: Any, attempts: int, failed_reason: str
+    ) -> bool:
+        """A run lost (not the submission's fault): PENDING again with ``attempts``, or FAILED with
+        ``failed_reason`` once ``attempts`` reaches the job's maximum."""
+        if attempts >= row.max_attempts:
+            return self._transition(
+                connection,
+                row,
+                JobState.FAILED,
+                now,
+                guard=guard,
+                attempts=attempts,
+                reason=_clip(failed_reason),
+            )
+        return self._unclaim(connection, row, now, guard=guard, attempts=attempts)
+
     # -- submitting and reading -----------------------------------------------------------------------
     def enqueue(self, submission: Submission, *, limit: int | None = None) -> list[Job]:
         """One PENDING job per model x protocol x mode of the manifest; a job already queued is returned as is."""
@@ -485,27 +518,17 @@ class JobQueue:
             row = self._owned(connection, job_id, worker_id)
             now = time.time()
             attempts = row.attempts + 1
-            guard = _jobs.c.worker == worker_id
-            if attempts >= row.max_attempts:
-                final = (
+            self._count_lost_run(
+                connection,
+                row,
+                now,
+                guard=_jobs.c.worker == worker_id,
+                attempts=attempts,
+                failed_reason=(
                     f"{reason} (attempt {attempts} of {row.max_attempts}, so the job is failed: fix the worker "
                     f"hosts, then `knowgic runner requeue {job_id}`)"
-                )
-                self._transition(
-                    connection, row, JobState.FAILED, now, guard=guard, attempts=attempts, reason=_clip(final)
-                )
-            else:
-                self._transition(
-                    connection,
-                    row,
-                    JobState.PENDING,
-                    now,
-                    guard=guard,
-                    attempts=attempts,
-                    worker=None,
-                    heartbeat_at=None,
-                    device=None,
-                )
+                ),
+            )
             self._append(connection, job_id, f"[queue] {reason}; attempt {attempts} of {row.max_attempts}\n")
             return self._job(self._row(connection, job_id), now)
 
@@ -514,17 +537,7 @@ class JobQueue:
         with self._transaction() as connection:
             row = self._owned(connection, job_id, worker_id)
             now = time.time()
-            guard = _jobs.c.worker == worker_id
-            self._transition(
-                connection,
-                row,
-                JobState.PENDING,
-                now,
-                guard=guard,
-                worker=None,
-                heartbeat_at=None,
-                device=None,
-            )
+            self._unclaim(connection, row, now, guard=_jobs.c.worker == worker_id)
             self._append(connection, job_id, f"[queue] released by worker {worker_id}: {note}\n")
             return self._job(self._row(connection, job_id), now)
 
@@ -546,28 +559,19 @@ class JobQueue:
                     f"worker {row.worker} stopped sending heartbeats (last at "
                     f"{last.isoformat(timespec='seconds') if last else 'never'}, grace {grace_seconds:g} s)"
                 )
-                guard = _jobs.c.heartbeat_at == row.heartbeat_at  # unchanged since read: the worker is silent
-                if attempts >= row.max_attempts:
-                    reason = (
+                done = self._count_lost_run(
+                    connection,
+                    row,
+                    now,
+                    guard=_jobs.c.heartbeat_at
+                    == row.heartbeat_at,  # unchanged since read: the worker is silent
+                    attempts=attempts,
+                    failed_reason=(
                         f"{lost}; this was attempt {attempts} of {row.max_attempts}, so the job is failed: "
                         f"check the worker hosts (out of memory? killed?) and `knowgic runner logs {row.job_id}`, "
                         f"then `knowgic runner requeue {row.job_id}`"
-                    )
-                    done = self._transition(
-                        connection, row, JobState.FAILED, now, guard=guard, attempts=attempts, reason=reason
-                    )
-                else:
-                    done = self._transition(
-                        connection,
-                        row,
-                        JobState.PENDING,
-                        now,
-                        guard=guard,
-                        attempts=attempts,
-                        worker=None,
-                        heartbeat_at=None,
-                        device=None,
-                    )
+                    ),
+                )
                 if done:
                     self._append(
                         connection, row.job_id, f"[queue] {lost}; attempt {attempts} of {row.max_attempts}\n"
@@ -590,17 +594,7 @@ class JobQueue:
             if state == JobState.RUNNING:
                 raise QueueError(f"job {job_id} is RUNNING on worker {row.worker}; cancel it first")
             now = time.time()
-            self._transition(
-                connection,
-                row,
-                JobState.PENDING,
-                now,
-                attempts=0,
-                reason=None,
-                worker=None,
-                heartbeat_at=None,
-                device=None,
-            )
+            self._unclaim(connection, row, now, attempts=0, reason=None)
             self._append(connection, job_id, f"[queue] requeued from {state}\n")
             return self._job(self._row(connection, job_id), now)
 
