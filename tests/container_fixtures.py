@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-TEST_RUNNER_IMAGE = "knowgic-runner:test"
+# Overridable so that two checkouts can run their container tests on one engine at once.
+TEST_RUNNER_IMAGE = os.environ.get("KNOWGIC_TEST_RUNNER_IMAGE", "knowgic-runner:test")
 
 
 @pytest.fixture(scope="session")
