@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from knowgic.argtypes import SUBCOMMAND_METAVAR
 from knowgic.errors import KnowgicError
 
 
@@ -64,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="add local runs to a results store, list what a store holds",
         description="The results store that the runner writes and the leaderboard reads.",
     )
-    sub = p.add_subparsers(dest="store_command", metavar="STORE_COMMAND", help="what to do with the store")
+    sub = p.add_subparsers(dest="store_command", metavar=SUBCOMMAND_METAVAR, help="what to do with the store")
     sub.required = True
     add = sub.add_parser(
         "add",

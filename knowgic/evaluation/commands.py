@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from knowgic.argtypes import open_unit_fraction, positive_int
+from knowgic.argtypes import add_model_argument, open_unit_fraction, positive_int
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
 from knowgic.uncertainty import DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED
@@ -64,11 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Evaluate an editing method on KnowGIC and print the table of its metrics; results.json "
         "and plots are written to --out (without --out nothing is saved).",
     )
-    p.add_argument(
-        "--model",
-        required=True,
-        help="offline name (knowgic-tiny, gemma3-270m, smollm2-135m), hub id or path",
-    )
+    add_model_argument(p)
     p.add_argument(
         "--editor",
         required=True,
@@ -120,11 +116,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="run several editors on one model and print a Markdown table of their metrics",
         description="Evaluate several editors on one model (loaded once); writes DIR/<editor>/ and DIR/summary.md.",
     )
-    s.add_argument(
-        "--model",
-        default="knowgic-tiny",
-        help="offline name, hub id or path, loaded once (default: knowgic-tiny)",
-    )
+    add_model_argument(s, ", loaded once for every editor")
     s.add_argument(
         "--editors",
         default=",".join(BASELINES),
@@ -178,9 +170,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Apply one edit of the benchmark, score the rewrite prompt, the question form, the "
         "subject's other facts and any facts you name before and after it, then restore the model.",
     )
-    q.add_argument(
-        "--model", default="knowgic-tiny", help="offline name, hub id or path (default: knowgic-tiny)"
-    )
+    add_model_argument(q)
     q.add_argument("--editor", required=True, help="built-in, entry-point name, or module:Class")
     q.add_argument(
         "--hparams", type=Path, help="hparams YAML (default: the shipped file for this editor and model)"
@@ -356,6 +346,9 @@ def print_results(
         for part, sub in entry.items():  # ifr_by_length: one row per chain length
             table.add_row(f"  {label}, n = {part}", *_value_cells(sub), str(sub["n"]), direction, _note(sub))
     console.print(table)
+    ifr = metrics_spec.get("ifr")
+    if ifr is not None:  # the headline metric in words, from its declaration
+        console.print(f"{ifr.label} ({ifr.direction} is better) = {ifr.description}")
     console.print(
         f"chains {n['chains']} (active {n['active_chains']}, still recoverable {n['recoverable_chains']}), "
         f"edits {n['edits']}, broader-context facts {n['preservation_facts']} "
@@ -516,7 +509,7 @@ def run_probe_command(args: argparse.Namespace) -> int:
     facts = [parse_fact(text, f"--fact {i + 1}") for i, text in enumerate(args.fact)]
     if args.facts_file is not None:
         facts += read_facts_file(args.facts_file)
-    request, rows, info = run_probe(
+    request, rows, info, restore = run_probe(
         model=args.model,
         editor=args.editor,
         subject=args.subject,
@@ -529,7 +522,10 @@ def run_probe_command(args: argparse.Namespace) -> int:
         progress=sys.stderr.isatty(),
     )
     if args.json:
-        print(json.dumps({"edit": asdict(request), "rows": [asdict(r) for r in rows], "info": info}))
+        rows_json = [asdict(r) for r in rows]
+        print(
+            json.dumps({"edit": asdict(request), "rows": rows_json, "info": info, "restore": asdict(restore)})
+        )
         return 0
     table = Table(
         title=f"{args.editor} on {args.model}: {request.prompt.format(request.subject)} "
@@ -541,7 +537,9 @@ def run_probe_command(args: argparse.Namespace) -> int:
         known = f"{'yes' if r.known_pre else 'no'} -> {'yes' if r.known_post else 'no'}"
         table.add_row(r.role, repr(r.text), r.answer, f"{r.p_pre:.4f}", f"{r.p_post:.4f}", known)
     # Piped or logged output gets whole lines rather than a table folded to 80 columns.
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(table)
+    console.print(restore.line())
     return 0
 
 
