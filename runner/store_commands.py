@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from knowgic.argtypes import SUBCOMMAND_METAVAR
@@ -47,6 +48,29 @@ def _list(args: argparse.Namespace) -> int:
     if not store.root.is_dir():
         raise KnowgicError(f"results store {store.root} does not exist")
     scan = store.scan()
+    if args.json:
+        report = {
+            "store": str(store.root),
+            "runs": [
+                {
+                    "entry_id": e.entry_id,
+                    "source": e.source,
+                    "model": e.summary["config"]["model"],
+                    "editor": e.summary["config"]["editor"],
+                    "protocol": e.summary["config"]["protocol"],
+                    "mode": e.summary["config"]["mode"],
+                    "dataset_version": e.summary["dataset"]["version"],
+                    "results_sha256": e.results_sha256,
+                    "results_file": str(e.results_file),
+                    "added_at": e.added_at,
+                    "label": e.label,
+                }
+                for e in scan.entries
+            ],
+            "skipped": [{"path": str(k.path), "reason": k.reason} for k in scan.skipped],
+        }
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+        return 0
     for entry in scan.entries:
         config = entry.summary["config"]
         print(
@@ -88,4 +112,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="One line per run (id, source, model, editor, protocol, mode, dataset version, sha256).",
     )
     _store_argument(ls)
+    ls.add_argument("--json", action="store_true", help="print the runs and skipped files as JSON")
     ls.set_defaults(func=_list)
