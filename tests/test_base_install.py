@@ -15,8 +15,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from knowgic.extras import extra_for, install_hint, module_extras
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,22 +107,36 @@ def test_every_help_works_with_the_base_dependencies_only() -> None:
         assert out.startswith("usage: knowgic"), (words, out)
 
 
-@pytest.mark.parametrize(
-    ("argv", "extra"),
-    [
-        (["runner", "status", "--store", "{tmp}"], "runner"),
-        (["runner", "worker", "--once", "--store", "{tmp}"], "runner"),
-        (["leaderboard", "--store", "{tmp}"], "leaderboard"),
-    ],
+# Commands that need an extra, run in one interpreter: a list of [exit code, stderr].
+RUN_EACH = textwrap.dedent(
+    """
+    import contextlib, io, json, sys
+    from knowgic.cli import main
+
+    report = []
+    for argv in json.loads(sys.argv[1]):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            code = main(argv)
+        report.append([code, err.getvalue()])
+    print(json.dumps(report))
+    """
 )
-def test_a_missing_extra_is_named_in_one_line(tmp_path: Path, argv: list[str], extra: str) -> None:
-    args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    done = _run_base_only("import sys; from knowgic.cli import main; sys.exit(main(sys.argv[1:]))", *args)
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("error: knowgic ") and install_hint(extra) in lines[0]
+
+
+def test_a_missing_extra_is_named_in_one_line(tmp_path: Path) -> None:
+    cases = [
+        (["runner", "status", "--store", str(tmp_path)], "runner"),
+        (["runner", "worker", "--once", "--store", str(tmp_path)], "runner"),
+        (["leaderboard", "--store", str(tmp_path)], "leaderboard"),
+    ]
+    done = _run_base_only(RUN_EACH, json.dumps([argv for argv, _ in cases]))
+    assert done.returncode == 0, done.stderr
+    for (argv, extra), (code, err) in zip(cases, json.loads(done.stdout), strict=True):
+        assert code == 2 and "Traceback" not in err, (argv, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, (argv, err)
+        assert lines[0].startswith(f"error: knowgic {argv[0]}") and install_hint(extra) in lines[0], lines
 
 
 def test_a_missing_module_of_no_extra_is_not_hidden() -> None:

@@ -114,7 +114,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s = subparsers.add_parser(
         "sweep",
         help="run several editors on one model and print a Markdown table of their metrics",
-        description="Evaluate several editors on one model (loaded once); writes DIR/<editor>/ and DIR/summary.md.",
+        description="Evaluate several editors on one model (loaded once); writes OUT/<editor>/ and OUT/summary.md "
+        "and prints the table. Run again after an interruption, it reuses the editors' finished runs.",
     )
     add_model_argument(s, ", loaded once for every editor")
     s.add_argument(
