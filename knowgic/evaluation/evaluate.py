@@ -24,10 +24,10 @@ from knowgic.editors.registry import BUILTIN_EDITORS, resolve_editor
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.harness import MODES, RunScores, run_edits
 from knowgic.evaluation.outcomes import (
-    METRIC_NAMES,
     collect_outcomes,
     compute_counts,
     compute_metrics,
+    metric_declaration_problem,
     per_edit_records,
 )
 from knowgic.evaluation.plan import EvalPlan, build_plan
@@ -98,11 +98,9 @@ def check_request(request: EvaluationRequest) -> type[Editor]:
             f"spec/benchmark.yaml declares mode {request.mode!r}, which this version of knowgic does not "
             f"implement (it implements {', '.join(MODES)})"
         )
-    undeclared = [name for name in METRIC_NAMES if name not in spec.metrics]
-    if undeclared:
-        raise KnowgicError(
-            f"spec/benchmark.yaml declares no version for the metric(s) {', '.join(undeclared)}"
-        )
+    problem = metric_declaration_problem(spec)
+    if problem is not None:
+        raise KnowgicError(problem)
     if request.dtype not in DTYPES:
         raise KnowgicError(f"unknown dtype {request.dtype!r}; known: {', '.join(DTYPES)}")
     if request.limit is not None and request.limit < 1:
@@ -274,6 +272,7 @@ def evaluate(
     run.pre_from_cache, run.pre_scoring_seconds = pre_cached, pre_seconds
 
     outcomes = collect_outcomes(plan, run)
+    spec = load_evaluation_spec()
     document: dict[str, Any] = {
         "schema_version": RESULTS_SCHEMA_VERSION,
         "knowgic_version": knowgic.__version__,
@@ -297,12 +296,8 @@ def evaluate(
             "limit": request.limit,
         },
         "environment": {**environment(), "torch_threads": threads, **reproducibility(loaded.device)},
-        "metrics": compute_metrics(outcomes),
-        "metric_versions": {
-            name: version
-            for name, version in load_evaluation_spec().metric_versions().items()
-            if name in METRIC_NAMES
-        },
+        "metrics": compute_metrics(outcomes, spec),
+        "metric_versions": spec.metric_versions(),
         "counts": compute_counts(plan, outcomes),
         "per_edit": per_edit_records(plan, outcomes, run),
         "chains": [asdict(c) for c in outcomes.chains],
