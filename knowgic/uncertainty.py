@@ -363,19 +363,22 @@ def metric_intervals(document: Mapping[str, Any], settings: BootstrapSettings) -
     return intervals
 
 
+def interval_fields(interval: Interval) -> dict[str, Any]:
+    """A metric entry's interval fields: ``interval`` and ``interval_resamples``, or a null ``interval``
+    with its ``interval_reason``."""
+    if interval.reason is None:
+        return {"interval": [interval.low, interval.high], "interval_resamples": interval.resamples_defined}
+    return {"interval": None, "interval_reason": interval.reason}
+
+
 def add_intervals(document: dict[str, Any], settings: BootstrapSettings | None = None) -> dict[str, Any]:
-    """Write ``interval`` (and ``interval_reason`` or ``interval_resamples``) into every metric entry and
-    the settings into ``document["uncertainty"]``; returns the document."""
+    """Write the interval fields (:func:`interval_fields`) into every metric entry and the settings into
+    ``document["uncertainty"]``; returns the document."""
     settings = settings or BootstrapSettings()
     for name, interval in metric_intervals(document, settings).items():
         entry = metric_entry_at(document["metrics"], name)
         assert isinstance(entry, dict)
-        if interval.reason is None:
-            entry["interval"] = [interval.low, interval.high]
-            entry["interval_resamples"] = interval.resamples_defined
-        else:
-            entry["interval"] = None
-            entry["interval_reason"] = interval.reason
+        entry.update(interval_fields(interval))
     document["uncertainty"] = settings.record()
     return document
 

@@ -222,6 +222,7 @@ def _edit_record(
         "active_chains": sum(c.active for c in chains),
         "ifr": ifr.value,
         "preservation": preservation.value,
+        "preservation_facts": len(pairs),
         "preservation_facts_known": sum(p.known_pre for p in pairs),
         "preservation_sum": pres_sum,
         "preservation_n": len(pres_counted),
