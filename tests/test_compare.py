@@ -81,7 +81,7 @@ def test_compare_json_matches_the_library(runs, capsys) -> None:
     by_metric = {d["metric"]: d for d in report["differences"]}
     ifr = by_metric["ifr"]
     assert ifr["difference"] == pytest.approx(ifr["b"] - ifr["a"])
-    assert ifr["low"] <= ifr["difference"] <= ifr["high"] < 0
+    assert ifr["low"] <= ifr["difference"] <= ifr["high"] and ifr["difference"] < 0
     assert (
         ifr["p_value"] == pytest.approx(0.25) and ifr["excludes_zero"] is False and ifr["few_edits"] is True
     )

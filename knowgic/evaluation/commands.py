@@ -390,15 +390,14 @@ def print_results(
         f"(known {n.get('specificity_facts_known', '?')})"
     )
     if uncertainty:
-        methods = uncertainty.get("methods_by_kind")
         how = (
-            "; ".join(f"{kind}: {method}" for kind, method in methods.items())
-            if methods
+            "each metric's method chosen by its kind (interval_method in results.json)"
+            if uncertainty.get("methods_by_kind")
             else uncertainty["method"]
         )
         console.print(
-            f"intervals: {level}, by metric kind ({how}); {n['edits']} edits, "
-            f"{uncertainty['resamples']} resamples, seed {uncertainty['seed']} (docs/metrics.md)"
+            f"intervals: {level}, {how}, {n['edits']} edits, {uncertainty['resamples']} resamples, "
+            f"seed {uncertainty['seed']}; † few edits: below 10 effective edits (docs/metrics.md)"
         )
     t = document["timing"]
     pre = "from cache" if t.get("pre_scores_cached") else f"{t.get('pre_scoring_seconds', 0.0):.1f} s"
