@@ -136,13 +136,20 @@ METHOD_BY_KIND = {
 PAIRED_TEST_BY_KIND = {
     "edit_outcome": "McNemar's exact test (Newcombe's hybrid-score interval)",
     "edit_mean": "sign-flip permutation test over edits (studentized bootstrap interval)",
-    "clustered_proportion": "sign-flip permutation test over edits (studentized bootstrap interval)",
+    "clustered_proportion": "sign-flip permutation test over edits (cluster-robust t interval)",
     "ratio_of_sums": "sign-flip permutation test over edits (studentized bootstrap interval)",
     "composite": "sign-flip permutation test over edits (studentized bootstrap interval)",
 }
 
-PAIRED_METHOD = "studentized"
-"""The interval of a paired difference of two runs (kinds other than edit_outcome)."""
+PAIRED_METHOD_BY_KIND = {
+    "edit_mean": "studentized",
+    "clustered_proportion": "t",
+    "ratio_of_sums": "studentized",
+    "composite": "studentized",
+}
+"""The interval of a paired difference of two runs (edit_outcome: Newcombe's). A share near 1 leaves many
+resamples without spread, where the studentized interval of a difference runs to the bound: the cluster-robust
+t interval is used for clustered shares instead (the verdict comes from the permutation test either way)."""
 
 _SPEC = load_evaluation_spec()
 DECLARED: dict[str, MetricSpec] = _SPEC.metric_paths()
@@ -930,7 +937,7 @@ def batch_differences(
 
     la, lb = linear(sums_a), linear(sums_b)
     lin = _Linear(lb.theta - la.theta, lb.z - la.z, np.minimum(la.m, lb.m), lb.jack - la.jack, weights)
-    low, high = _bootstrap_bounds(PAIRED_METHOD, lin, level)
+    low, high = _bootstrap_bounds(PAIRED_METHOD_BY_KIND[spec.kind], lin, level)
     diff = lin.theta[:, 0]
     se0 = _se(lin)[:, 0]
     constant = ~(se0 > _TINY)

@@ -526,7 +526,8 @@ def run_compare(args: argparse.Namespace) -> int:
     console.print(
         f"Paired over the {len(a['per_edit'])} edits: McNemar's exact test for Efficacy and Generalization "
         "(one 0/1 outcome per edit; Newcombe's interval), a sign-flip permutation test for the others "
-        f"(studentized bootstrap interval, {args.resamples} resamples, seed {args.seed}). 'told apart': p < "
+        f"(studentized bootstrap interval, {args.resamples} resamples, seed {args.seed}; cluster-robust t for "
+        "Specificity). 'told apart': p < "
         f"{1 - args.level:.2g}. {FEW_EDITS_MARK} few edits: fewer than {FEW_EDITS:g} effective edits, where the "
         "measured false-positive rate and coverage miss their levels (docs/metrics.md)."
     )
