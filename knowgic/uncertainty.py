@@ -51,8 +51,8 @@ for one bounded value per edit: Clopper-Pearson on :math:`n_\mathrm{eff}` edits 
 
 *Clopper-Pearson* for a 0/1 outcome per edit: :math:`[B(\alpha/2; k, n-k+1),\, B(1-\alpha/2; k+1, n-k)]`
 (``scipy.stats.beta``), never narrower than its nominal level for any true share, and never zero-width:
-26 of 26 gives [0.868, 1]. Wilson's interval is shorter but covers less than 95% for some shares at
-6 and 26 edits, which is what the issue with the old intervals was.
+26 of 26 gives [0.868, 1]. Wilson's interval is shorter but covers as little as 0.855 at 26 edits and
+0.833 at 6 for some true shares (near 1, where benchmark figures such as Efficacy sit).
 
 *Every edit's value the same.* When every contributing edit has the same value the bootstrap has no spread
 to show. At a bound of the metric (Specificity 1 in every edit) the interval is the Clopper-Pearson bound
