@@ -66,7 +66,7 @@ def test_results_document(identity_run) -> None:
     assert {"case_id", "edit_id", "length", "active", "r_pre", "r_post", "known_post"} == set(
         doc["chains"][0]
     )
-    assert doc["schema_version"] == "1.2" and doc["uncertainty"]["resamples"] == 2000
+    assert doc["schema_version"] == "1.3" and doc["uncertainty"]["resamples"] == 2000
     assert doc["environment"]["bitwise_reproducible"] is True  # a CPU run
     # Unedited, every active chain is still known step by step: all are still recoverable.
     assert doc["counts"]["recoverable_chains"] == doc["counts"]["active_chains"]
@@ -104,20 +104,22 @@ def test_per_edit_null_without_reason_breaks_the_schema(identity_run) -> None:
 def test_printed_directions_come_from_the_spec(identity_run, tmp_path, capsys) -> None:
     print_results(identity_run.document)
     shipped = capsys.readouterr().out
-    assert re.search(r"IFR +│ +1\.0000 +│ +\[[^│]+\] +│ +\d+ +│ lower", shipped)
-    assert re.search(r"Preservation +│ +1\.0000 +│ +\[[^│]+\] +│ +\d+ +│ higher", shipped)
+    assert re.search(r"IFR +│ +1\.0000 +│ +\[[^│]+\] +│ +\d+ +│ +\d+ \([\d.]+\) +│ lower", shipped)
+    assert re.search(r"Preservation +│ +1\.0000 +│ +\[[^│]+\] +│ +\d+ +│ +\d+ \([\d.]+\) +│ higher", shipped)
     # Another spec: IFR labelled and directed differently, and the table follows it.
     text = (spec_dir() / "benchmark.yaml").read_text(encoding="utf-8")
     changed = text.replace(
-        "  ifr:\n    label: IFR\n    version: 1\n    direction: lower\n",
-        ("  ifr:\n    label: Indirect recovery\n    version: 1\n    direction: higher\n"),
+        "  ifr:\n    label: IFR\n    short: IFR\n    version: 1\n    direction: lower\n",
+        ("  ifr:\n    label: Indirect recovery\n    short: IFR\n    version: 1\n    direction: higher\n"),
     )
     assert changed != text
     (tmp_path / "benchmark.yaml").write_text(changed, encoding="utf-8")
     print_results(identity_run.document, spec=load_evaluation_spec(tmp_path / "benchmark.yaml"))
     printed = capsys.readouterr().out
-    assert re.search(r"Indirect recovery +│ +1\.0000 +│ +\[[^│]+\] +│ +\d+ +│ higher", printed)
-    assert not re.search(r"IFR +│ +1\.0000 +│ +\[[^│]+\] +│ +\d+ +│ lower", printed)
+    assert re.search(
+        r"Indirect recovery +│ +1\.0000 +│ +\[[^│]+\] +│ +\d+ +│ +\d+ \([\d.]+\) +│ higher", printed
+    )
+    assert not re.search(r"IFR +│ +1\.0000 +│ +\[[^│]+\] +│ +\d+ +│ +\d+ \([\d.]+\) +│ lower", printed)
 
 
 def test_tampered_results_are_refused(identity_run, tmp_path) -> None:
