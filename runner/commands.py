@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from knowgic.argtypes import positive_int, positive_seconds
 from knowgic.errors import KnowgicError
+from runner.options import add_queue_option, add_store_option, queue_url, store_root
 
 if TYPE_CHECKING:
     from runner.queue import Job, JobQueue
@@ -32,32 +33,18 @@ if TYPE_CHECKING:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--store",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="results store folder (default: $KNOWGIC_STORE, else ./knowgic-store)",
-    )
-    parser.add_argument(
-        "--db",
-        default=None,
-        metavar="URL",
-        help="queue database: sqlite:///FILE or postgresql+psycopg://USER@HOST/DB (default: "
-        "$KNOWGIC_QUEUE_URL, else queue.sqlite in the store)",
-    )
+    add_store_option(parser)
+    add_queue_option(parser)
 
 
 def _store(args: argparse.Namespace) -> ResultsStore:
-    from runner.store import ResultsStore, default_store_root
+    from runner.store import ResultsStore
 
-    return ResultsStore(args.store or default_store_root())
+    return ResultsStore(store_root(args.store))
 
 
 def _queue_url(args: argparse.Namespace, store: ResultsStore) -> str:
-    from runner.queue import default_queue_url
-
-    return args.db or default_queue_url(store)
+    return queue_url(args.db, store.root)
 
 
 def _open_queue(args: argparse.Namespace, store: ResultsStore, *, create: bool) -> JobQueue:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import os
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -40,6 +39,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from knowgic.errors import KnowgicError
+from runner.options import queue_url
 
 if TYPE_CHECKING:
     from runner.store import ResultsStore
@@ -652,5 +652,5 @@ def _clip(reason: str, limit: int = 2000) -> str:
 
 
 def default_queue_url(store: ResultsStore) -> str:
-    """``$KNOWGIC_QUEUE_URL``, else the SQLite file beside the store."""
-    return os.environ.get("KNOWGIC_QUEUE_URL") or store.queue_url()
+    """``$KNOWGIC_QUEUE_URL``, else the SQLite file beside the store (see runner/options.py)."""
+    return queue_url(None, store.root)
