@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from knowgic.argtypes import positive_int, positive_seconds
 from knowgic.errors import KnowgicError
 from runner.options import add_queue_option, add_store_option, queue_url, store_root
+from runner.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS, JobState
 
 if TYPE_CHECKING:
     from runner.queue import Job, JobQueue
@@ -136,8 +137,6 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from runner.queue import JobState
-
     store = _store(args)
     queue = _open_queue(args, store, create=False)
     states = [JobState(s) for s in args.state] if args.state else None
@@ -306,8 +305,6 @@ def _build_image(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from runner.queue import JobState
-    from runner.worker import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS
 
     p = subparsers.add_parser(
         "runner",
