@@ -91,6 +91,7 @@ def test_the_example_submission_is_complete_and_accepted(tmp_path: Path, capsys)
     text = manifest_path.read_text(encoding="utf-8")
     manifest = yaml.safe_load(text)
     assert list(validator("submission").iter_errors(manifest)) == []
+    assert text in (EXAMPLE.parent.parent / "docs" / "runner.md").read_text(encoding="utf-8")  # shown whole
     for field in load_schema("submission")["properties"]:
         assert re.search(rf"^#? ?{field}:", text, re.M), f"the example does not show {field}"
     store = tmp_path / "store"
