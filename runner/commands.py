@@ -27,6 +27,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ from runner.options import add_queue_option, add_store_option, queue_url, store_
 from runner.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS, JobState
 
 if TYPE_CHECKING:
+    from runner.images import BuiltImage
     from runner.queue import Job, JobQueue
     from runner.store import ResultsStore
 
@@ -247,14 +249,14 @@ def build_image(
     local_base: bool = False,
     rebuild_base: bool = False,
     torch_wheel: Path | None = None,
-    log: Any = _say,
-) -> Any:
+    log: Callable[[str], None] = _say,
+) -> BuiltImage:
     """What ``knowgic runner build-image`` builds (the container tests' fixtures run the command itself).
 
     ``local_base``: the debootstrap base (kept when it exists, unless ``rebuild_base``) with the host's torch
     release as a wheel (``torch_wheel``, else :func:`_host_torch_wheel`); otherwise FROM ``base_image``
     (default: a CUDA PyTorch image that brings torch), with ``torch_wheel`` only when that base has none.
-    Returns the :class:`runner.images.BuiltImage`."""
+    """
     from runner import images
 
     if local_base:
