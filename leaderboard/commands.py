@@ -1,27 +1,66 @@
-"""``knowgic leaderboard``: serve the leaderboard over a results store."""
+"""``knowgic leaderboard``: serve the leaderboard over a results store.
+
+    --store / $KNOWGIC_STORE_REPO / $KNOWGIC_STORE / ./knowgic-store --> serving_store() --> a folder that exists
+    --db / $KNOWGIC_QUEUE_URL / STORE/queue.sqlite ------------------> queue_url() ------> the submit form's queue
+                                                                     build_app() + launch_app()
+
+A Hugging Face Space runs ``python leaderboard/app.py``, which is this command: the same store, the same queue
+and the same one-line errors (exit 2) when the store is missing or its hub repository cannot be fetched.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
+from knowgic.clip import clip
 from knowgic.errors import KnowgicError
+from runner.options import add_queue_option, add_store_option, queue_url, store_root
 
 DEFAULT_REFRESH_SECONDS = 5.0  # leaderboard.app's default; not imported from there, which loads gradio
+STORE_REPO_ENV = "KNOWGIC_STORE_REPO"
+
+
+def _hub_snapshot(repo: str) -> Path:
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id=repo, repo_type="dataset"))
+    except Exception as exc:  # the hub's errors are many; say which repository failed and why, on one line
+        reason = clip(" ".join(f"{type(exc).__name__}: {exc}".split()), 400)
+        raise KnowgicError(
+            f"cannot fetch the results store {repo!r} (${STORE_REPO_ENV}) from the hub: {reason}"
+        ) from None
+
+
+def serving_store(given: Path | None) -> Path:
+    """The store folder to serve: ``given``; else a snapshot of the hub dataset repository named by
+    ``$KNOWGIC_STORE_REPO`` (a Space's configuration); else ``$KNOWGIC_STORE`` or ``./knowgic-store``.
+    A folder that does not exist is an error: an empty board would hide a wrong path."""
+    repo = os.environ.get(STORE_REPO_ENV) if given is None else None
+    path = _hub_snapshot(repo) if repo else store_root(given)
+    if not path.is_dir():
+        raise KnowgicError(
+            f"results store {path} does not exist (fill one with `knowgic store add`, or name one with "
+            f"--store, $KNOWGIC_STORE or ${STORE_REPO_ENV})"
+        )
+    return path
 
 
 def _serve(args: argparse.Namespace) -> int:
-    if args.store is not None and not args.store.is_dir():  # checked before importing gradio (seconds)
-        raise KnowgicError(f"results store {args.store} does not exist (fill one with `knowgic store add`)")
     if args.port is not None and not 0 < args.port < 65536:
         raise KnowgicError(f"--port {args.port} is not a TCP port (1-65535)")
     if args.refresh <= 0:
         raise KnowgicError(f"--refresh {args.refresh} must be a positive number of seconds")
-    from leaderboard.app import build_app, launch_app, resolve_store
+    store = serving_store(args.store)  # checked before importing gradio (seconds)
+    from leaderboard.app import build_app, launch_app
 
-    store = resolve_store(args.store)
     app = build_app(
-        store, queue_url=args.db, include_reported=not args.no_reported, refresh_seconds=args.refresh
+        store,
+        queue_url=queue_url(args.db, store),
+        include_reported=not args.no_reported,
+        refresh_seconds=args.refresh,
     )
     launch_app(app, host=args.host, port=args.port)
     return 0
@@ -34,24 +73,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Browse, plot and compare the runs of a results store, submit editors and follow the "
         "queue. Only schema-valid, hash-checked results are shown; other files are listed as skipped.",
     )
+    add_store_option(p, more=f"; a Space may name a hub dataset repository in ${STORE_REPO_ENV} instead")
     p.add_argument(
-        "--store",
-        type=Path,
+        "--host",
         default=None,
-        metavar="PATH",
-        help="results store folder (default: $KNOWGIC_STORE, else ./knowgic-store; a Space may name a hub "
-        "dataset repository in $KNOWGIC_STORE_REPO instead)",
-    )
-    p.add_argument("--host", default=None, metavar="H", help="address to listen on (default: 127.0.0.1)")
-    p.add_argument(
-        "--port", type=int, default=None, metavar="P", help="port (default: 7860, or the next free)"
+        metavar="H",
+        help="address to listen on (default: $GRADIO_SERVER_NAME, else 127.0.0.1)",
     )
     p.add_argument(
-        "--db",
+        "--port",
+        type=int,
         default=None,
-        metavar="URL",
-        help="job queue database URL (default: the store's queue.sqlite)",
+        metavar="P",
+        help="port (default: $GRADIO_SERVER_PORT, else 7860 or the next free)",
     )
+    add_queue_option(p)
     p.add_argument(
         "--refresh",
         type=float,

@@ -6,10 +6,17 @@
     knowgic runner logs JOB               a job's log
     knowgic runner requeue JOB            run a FAILED or CANCELLED job again
     knowgic runner cancel JOB             stop a PENDING or RUNNING job
+    knowgic runner build-image            build the runner image (--local-base: with no image registry)
 
-Every command takes ``--store PATH`` (default ``$KNOWGIC_STORE``, else ``./knowgic-store``) and ``--db
+Every queue command takes ``--store PATH`` (default ``$KNOWGIC_STORE``, else ``./knowgic-store``) and ``--db
 URL`` (default ``$KNOWGIC_QUEUE_URL``, else the SQLite file beside the store; a
-``postgresql+psycopg://`` URL shares one queue between many hosts).
+``postgresql+psycopg://`` URL shares one queue between many hosts); both are defined in runner/options.py.
+
+``build-image`` is a thin layer over runner/images.py::
+
+    --local-base:  find_torch_wheel (host's torch) --> build_local_base (debootstrap) --+
+                                                                                     +--> build_runner_image
+    --base-image IMAGE (default: a CUDA PyTorch image) [--torch-wheel FILE] ----------+
 """
 
 from __future__ import annotations
@@ -20,45 +27,34 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from knowgic.argtypes import SUBCOMMAND_METAVAR, positive_int, positive_seconds
 from knowgic.errors import KnowgicError
+from runner.options import add_queue_option, add_store_option, queue_url, store_root
 from runner.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS, JobState
 
 if TYPE_CHECKING:
+    from runner.images import BuiltImage
     from runner.queue import Job, JobQueue
     from runner.store import ResultsStore
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--store",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="results store folder (default: $KNOWGIC_STORE, else ./knowgic-store)",
-    )
-    parser.add_argument(
-        "--db",
-        default=None,
-        metavar="URL",
-        help="queue database: sqlite:///FILE or postgresql+psycopg://USER@HOST/DB (default: "
-        "$KNOWGIC_QUEUE_URL, else queue.sqlite in the store)",
-    )
+    add_store_option(parser)
+    add_queue_option(parser)
 
 
 def _store(args: argparse.Namespace) -> ResultsStore:
-    from runner.store import ResultsStore, default_store_root
+    from runner.store import ResultsStore
 
-    return ResultsStore(args.store or default_store_root())
+    return ResultsStore(store_root(args.store))
 
 
 def _queue_url(args: argparse.Namespace, store: ResultsStore) -> str:
-    from runner.queue import default_queue_url
-
-    return args.db or default_queue_url(store)
+    return queue_url(args.db, store.root)
 
 
 def _open_queue(args: argparse.Namespace, store: ResultsStore, *, create: bool) -> JobQueue:
@@ -176,6 +172,137 @@ def _cancel(args: argparse.Namespace) -> int:
     store = _store(args)
     job = _open_queue(args, store, create=False).cancel(args.job)
     print(f"{job.job_id}: {job.state}")
+    return 0
+
+
+def _say(line: str) -> None:
+    """A progress line on stderr that leaves the images' progress bars in place."""
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)
+
+
+def _torch_release() -> str:
+    import torch
+
+    return str(torch.__version__).split("+")[0]
+
+
+def _wheel_hint(version: str) -> str:
+    return (
+        f"get a CPU build of torch {version} where the package index is reachable with `pip download "
+        f"torch=={version} --no-deps -d DIR --index-url https://download.pytorch.org/whl/cpu` and pass "
+        "--torch-wheel DIR"
+    )
+
+
+def _named_torch_wheel(given: Path, *, local_base: bool) -> Path:
+    """``--torch-wheel``: a torch wheel file, or a folder holding exactly one (``pip download -d DIR``)."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    from runner.images import LOCAL_BASE_IMAGE
+
+    if given.is_dir():
+        found = sorted(given.glob("torch-*.whl"))
+        if len(found) != 1:
+            held = ", ".join(p.name for p in found) or "none"
+            raise KnowgicError(
+                f"--torch-wheel {given}: a folder must hold exactly one torch wheel (holds {held}); "
+                + _wheel_hint(_torch_release())
+            )
+        given = found[0]
+    if not given.is_file():
+        raise KnowgicError(f"--torch-wheel {given}: no such file; " + _wheel_hint(_torch_release()))
+    try:
+        name, _, _, tags = parse_wheel_filename(given.name)
+    except InvalidWheelFilename:
+        name, tags = "", frozenset()
+    if name != "torch":
+        raise KnowgicError(f"--torch-wheel {given}: not a torch wheel (torch-VERSION-TAGS.whl)")
+    # The local base is Debian bookworm's Python 3.11 on this machine's architecture.
+    if local_base and not any(t.interpreter == "cp311" and "linux" in t.platform for t in tags):
+        raise KnowgicError(
+            f"--torch-wheel {given.name}: the local base {LOCAL_BASE_IMAGE} runs CPython 3.11 on Linux, so it "
+            "needs a cp311 linux wheel; " + _wheel_hint(_torch_release())
+        )
+    return given
+
+
+def _host_torch_wheel() -> Path:
+    """The host's torch release as a wheel: ``$KNOWGIC_TORCH_WHEEL``, one cached, or ``pip download``."""
+    from knowgic.paths import cache_dir
+    from runner.images import ImageBuildError, find_torch_wheel
+
+    version, cache = _torch_release(), cache_dir() / "wheels"
+    _say(f"torch wheel: torch {version} from $KNOWGIC_TORCH_WHEEL, {cache}, else `pip download` (~200 MB)")
+    try:
+        return find_torch_wheel(cache, version)
+    except ImageBuildError as exc:
+        raise KnowgicError(f"no torch wheel for the image ({exc}); {_wheel_hint(version)}") from None
+
+
+def build_image(
+    client: Any,
+    *,
+    tag: str | None = None,
+    base_image: str | None = None,
+    local_base: bool = False,
+    rebuild_base: bool = False,
+    torch_wheel: Path | None = None,
+    log: Callable[[str], None] = _say,
+) -> BuiltImage:
+    """What ``knowgic runner build-image`` builds (the container tests' fixtures run the command itself).
+
+    ``local_base``: the debootstrap base (kept when it exists, unless ``rebuild_base``) with the host's torch
+    release as a wheel (``torch_wheel``, else :func:`_host_torch_wheel`); otherwise FROM ``base_image``
+    (default: a CUDA PyTorch image that brings torch), with ``torch_wheel`` only when that base has none.
+    """
+    from runner import images
+
+    if local_base:
+        wheel = torch_wheel or _host_torch_wheel()
+        existed = images.image_exists(client, images.LOCAL_BASE_IMAGE) and not rebuild_base
+        log(
+            f"local base {images.LOCAL_BASE_IMAGE}: " + ("kept" if existed else "debootstrap (a few minutes)")
+        )
+        started = time.monotonic()
+        base = images.build_local_base(client, rebuild=rebuild_base, log=log)
+        if not existed:
+            log(f"local base {base}: built in {time.monotonic() - started:.0f} s")
+    else:
+        wheel, base = torch_wheel, base_image or images.DEFAULT_BASE_IMAGE
+    return images.build_runner_image(client, tag=tag, base_image=base, torch_wheel=wheel, log=log)
+
+
+def _build_image(args: argparse.Namespace) -> int:
+    from runner import images
+
+    if args.rebuild_base and not args.local_base:
+        raise KnowgicError("--rebuild-base goes with --local-base")
+    wheel = _named_torch_wheel(args.torch_wheel, local_base=args.local_base) if args.torch_wheel else None
+    if args.local_base and wheel is None:
+        wheel = _host_torch_wheel()  # before debootstrap: a missing wheel fails now, not minutes later
+    tag = args.tag or images.default_runner_image()
+    client = images.ensure_docker(log=_say)
+    built = build_image(
+        client,
+        tag=tag,
+        base_image=args.base_image,
+        local_base=args.local_base,
+        rebuild_base=args.rebuild_base,
+        torch_wheel=wheel,
+    )
+    labels = built.labels
+    print(
+        f"built {built.tag} ({built.image_id.removeprefix('sha256:')[:12]}) in {built.seconds:.0f} s: knowgic "
+        f"{labels.get('org.opencontainers.image.version', '?')}, dataset versions "
+        f"{labels.get('org.knowgic.dataset-versions', '?')}, commit "
+        f"{labels.get('org.opencontainers.image.revision', '?')[:12]}"
+    )
+    if built.tag == images.default_runner_image():
+        print(f"`knowgic runner worker` runs it (the default image, {built.tag})")
+    else:
+        print(f"run workers on it with KNOWGIC_RUNNER_IMAGE={built.tag} knowgic runner worker")
     return 0
 
 
@@ -297,3 +424,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cn.add_argument("job", metavar="JOB", help="job id (see `knowgic runner status`)")
     _common(cn)
     cn.set_defaults(func=_cancel)
+
+    bi = sub.add_parser(
+        "build-image",
+        help="build the runner image (--local-base: where no image registry is reachable)",
+        description="Build the runner image from the top-level Dockerfile of this checkout. By default it "
+        "starts FROM a CUDA PyTorch image pulled from Docker Hub; --local-base makes a Debian base with "
+        "debootstrap instead (root, Debian's mirror) and gives it the host's torch release as a wheel, so no "
+        "image registry is needed. Shows the build's steps; reruns reuse the engine's layer cache.",
+    )
+    bi.add_argument(
+        "--tag",
+        default=None,
+        metavar="TAG",
+        help="image tag (default: $KNOWGIC_RUNNER_IMAGE, else knowgic-runner:VERSION, the tag workers run)",
+    )
+    base = bi.add_mutually_exclusive_group()
+    base.add_argument(
+        "--base-image",
+        default=None,
+        metavar="IMAGE",
+        help="base image with python3.11+ and pip (default: a CUDA PyTorch runtime image from Docker Hub)",
+    )
+    base.add_argument(
+        "--local-base",
+        action="store_true",
+        help="build FROM a Debian bookworm base made here with debootstrap (kept once built; needs root)",
+    )
+    bi.add_argument(
+        "--rebuild-base",
+        action="store_true",
+        help="with --local-base: make the Debian base again (fresh packages) even when it exists",
+    )
+    bi.add_argument(
+        "--torch-wheel",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="torch wheel (or a folder holding one) for a base without torch (default with --local-base: "
+        "$KNOWGIC_TORCH_WHEEL, else the host's torch release from pip download)",
+    )
+    bi.set_defaults(func=_build_image)

@@ -139,8 +139,8 @@ def image_id(client: docker.DockerClient, tag: str) -> str:
         return str(client.images.get(tag).id)
     except docker.errors.ImageNotFound as error:
         raise DockerUnavailable(
-            f"no image {tag!r} in the Docker engine: build it with `docker build -t {tag} .` "
-            "at the repository root (or runner.images.build_runner_image)"
+            f"no image {tag!r} in the Docker engine: build it with `knowgic runner build-image --tag {tag}` "
+            "(add --local-base where no image registry is reachable)"
         ) from error
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import os
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -39,6 +38,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from knowgic.errors import KnowgicError
+from runner.options import queue_url
 from runner.states import TERMINAL_STATES, JobState
 
 if TYPE_CHECKING:
@@ -641,5 +641,5 @@ def _clip(reason: str, limit: int = 2000) -> str:
 
 
 def default_queue_url(store: ResultsStore) -> str:
-    """``$KNOWGIC_QUEUE_URL``, else the SQLite file beside the store."""
-    return os.environ.get("KNOWGIC_QUEUE_URL") or store.queue_url()
+    """``$KNOWGIC_QUEUE_URL``, else the SQLite file beside the store (see runner/options.py)."""
+    return queue_url(None, store.root)

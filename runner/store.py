@@ -40,6 +40,7 @@ import jsonschema
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.results import content_sha256, results_schema
 from knowgic.paths import cache_dir
+from runner.options import sqlite_queue_url, store_root
 
 STORE_VERSION = 1
 SOURCES = ("verified", "local")
@@ -57,7 +58,7 @@ class StoreFileError(KnowgicError):
 
 def default_store_root() -> Path:
     """``$KNOWGIC_STORE``, else ``./knowgic-store``."""
-    return Path(os.environ.get("KNOWGIC_STORE") or "knowgic-store")
+    return store_root(None)
 
 
 def file_sha256(path: Path) -> str:
@@ -204,7 +205,7 @@ class ResultsStore:
 
     def queue_url(self) -> str:
         """The default queue database: SQLite beside the store."""
-        return f"sqlite:///{self.root.absolute() / 'queue.sqlite'}"
+        return sqlite_queue_url(self.root)
 
     def results_path(self, sha256: str) -> Path:
         return self.results_dir / f"{sha256}.json"

@@ -4,27 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from knowgic.argtypes import SUBCOMMAND_METAVAR
 from knowgic.errors import KnowgicError
-
-
-def _store_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--store",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="results store folder (default: $KNOWGIC_STORE, else ./knowgic-store)",
-    )
+from runner.options import add_store_option, store_root
 
 
 def _add(args: argparse.Namespace) -> int:
     from knowgic.evaluation.sweep import results_paths
-    from runner.store import ResultsStore, default_store_root, local_entry_id
+    from runner.store import ResultsStore, local_entry_id
 
-    store = ResultsStore(args.store or default_store_root())
+    store = ResultsStore(store_root(args.store))
     paths = results_paths(args.results)
     added = 0
     for path in paths:
@@ -42,9 +32,9 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from runner.store import ResultsStore, default_store_root
+    from runner.store import ResultsStore
 
-    store = ResultsStore(args.store or default_store_root())
+    store = ResultsStore(store_root(args.store))
     if not store.root.is_dir():
         raise KnowgicError(f"results store {store.root} does not exist")
     scan = store.scan()
@@ -104,13 +94,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="results.json files, run folders, or sweep folders of run folders",
     )
     add.add_argument("--label", default=None, help="a short note shown with these runs (e.g. a commit)")
-    _store_argument(add)
+    add_store_option(add)
     add.set_defaults(func=_add)
     ls = sub.add_parser(
         "list",
         help="list the runs in a store, and the files it skips with their reasons",
         description="One line per run (id, source, model, editor, protocol, mode, dataset version, sha256).",
     )
-    _store_argument(ls)
+    add_store_option(ls)
     ls.add_argument("--json", action="store_true", help="print the runs and skipped files as JSON")
     ls.set_defaults(func=_list)

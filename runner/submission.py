@@ -555,8 +555,15 @@ def _check_manifest(manifest: dict[str, Any], root: Path, shown: str) -> dict[st
     for key, value in filled["hparams"].items():
         if isinstance(value, str):
             _resolve_inside(root, value, f"{shown} field hparams/{key}", "hparams file")
+    missing = [model for model in filled["models"] if hparams_key(filled, model) is None]
+    if missing:  # the schema asks for one entry at least; which keys cover which models it cannot know
+        raise SubmissionError(
+            f"{shown} field hparams: no entry for the model(s) {', '.join(map(repr, missing))} asked for in "
+            f"models (keys: {', '.join(map(repr, filled['hparams']))}); key hparams by the model id or its "
+            "family (gpt2, gptj, llama, qwen), with {} for an editor that takes no hyper-parameters"
+        )
     for model in filled["models"]:
-        hparams_for(filled, root, model)  # every model has hparams, and every referenced file parses
+        hparams_for(filled, root, model)  # every referenced file parses
     _check_editor_module(filled, root, shown)
     return filled
 

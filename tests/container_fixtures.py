@@ -5,13 +5,16 @@ test session and reused across sessions by the engine's cache:
 
 - ``base_image``: Debian bookworm + python3.11, made here with debootstrap (no image registry is reachable
   from CI), skipped when the tag exists;
-- ``runner_image``: the top-level Dockerfile FROM that base, given the host's CPU torch wheel and CA bundle;
-  rebuilt each session, where only the layers after a changed file run again.
+- ``runner_image``: ``knowgic runner build-image --local-base --tag TEST_RUNNER_IMAGE``, run as a person runs
+  it (the top-level Dockerfile FROM that base, given the host's CPU torch wheel and CA bundle); rebuilt each
+  session, where only the layers after a changed file run again. ``runner_image_build`` is that run.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +22,8 @@ import pytest
 
 # Overridable so that two checkouts can run their container tests on one engine at once.
 TEST_RUNNER_IMAGE = os.environ.get("KNOWGIC_TEST_RUNNER_IMAGE", "knowgic-runner:test")
+CLI = "import sys; from knowgic.cli import main; sys.exit(main())"  # `knowgic`, with this interpreter
+BUILD_TIMEOUT_SECONDS = 3600  # a first build on a loaded 2-core machine: debootstrap, then every dependency
 
 
 @pytest.fixture(scope="session")
@@ -41,11 +46,20 @@ def base_image(docker_client: Any) -> str:
 
 
 @pytest.fixture(scope="session")
-def runner_image(docker_client: Any, base_image: str, tmp_path_factory: pytest.TempPathFactory) -> str:
-    from knowgic.paths import cache_dir
-    from runner.images import build_runner_image, find_torch_wheel
+def runner_image_build(base_image: str) -> subprocess.CompletedProcess[str]:
+    """The command a method author runs to get the runner image where no registry is reachable."""
+    done = subprocess.run(
+        [sys.executable, "-c", CLI, "runner", "build-image", "--local-base", "--tag", TEST_RUNNER_IMAGE],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_SECONDS,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"knowgic runner build-image failed (exit {done.returncode}): {done.stderr[-3000:]}")
+    return done
 
-    wheel = find_torch_wheel(cache_dir() / "wheels")
-    built = build_runner_image(docker_client, tag=TEST_RUNNER_IMAGE, base_image=base_image, torch_wheel=wheel)
-    os.environ["KNOWGIC_RUNNER_IMAGE"] = built.tag  # what `knowgic runner worker` runs in these tests
-    return built.tag
+
+@pytest.fixture(scope="session")
+def runner_image(runner_image_build: subprocess.CompletedProcess[str]) -> str:
+    os.environ["KNOWGIC_RUNNER_IMAGE"] = TEST_RUNNER_IMAGE  # what `knowgic runner worker` runs in these tests
+    return TEST_RUNNER_IMAGE

@@ -68,10 +68,9 @@ def _rank_one_package(folder: Path) -> None:
 
 
 def _honest_submission(root: Path) -> Path:
+    """The README's custom editor with its own submission.yaml, submitted as the folder it is."""
     folder = root / "rank-one"
-    folder.mkdir(parents=True)
-    _rank_one_package(folder)
-    shutil.copy(SUBMISSIONS / "rank-one" / "submission.yaml", folder / "submission.yaml")
+    shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
     return folder
 
 

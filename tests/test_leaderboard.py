@@ -499,9 +499,11 @@ def test_plots_follow_the_filters(served, board_store) -> None:
 
 
 def test_the_space_entry_serves_the_configured_store_folder(monkeypatch, tmp_path) -> None:
-    from leaderboard.app import STORE_REPO_ENV, resolve_store
+    from leaderboard.commands import STORE_REPO_ENV, serving_store
 
     monkeypatch.delenv(STORE_REPO_ENV, raising=False)
     monkeypatch.setenv("KNOWGIC_STORE", str(tmp_path / "space-store"))
-    assert resolve_store(None) == tmp_path / "space-store"
-    assert resolve_store(tmp_path / "given") == tmp_path / "given"  # an explicit folder wins
+    (tmp_path / "space-store").mkdir()
+    (tmp_path / "given").mkdir()
+    assert serving_store(None) == tmp_path / "space-store"
+    assert serving_store(tmp_path / "given") == tmp_path / "given"  # an explicit folder wins

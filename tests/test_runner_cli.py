@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from knowgic.cli import build_parser, main
 from runner.queue import JobQueue, JobState
-from tests.test_submission import MANIFEST, make_submission
+from tests.test_submission import EXAMPLE, MANIFEST, make_submission
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -78,6 +80,35 @@ def test_the_queue_url_comes_from_db_or_the_environment(tmp_path: Path, capsys, 
         capsys, "runner", "submit", str(folder), "--store", str(tmp_path / "store"), "--db", other
     )
     assert code == 0 and len(JobQueue(other).jobs()) == 2
+
+
+def test_the_example_submission_is_complete_and_accepted(tmp_path: Path, capsys) -> None:
+    """examples/custom_editor is a submission as it stands: its manifest fills every field the schema knows
+    (optional ones at least in a comment), and `runner submit` queues its job."""
+    from knowgic.dataset.schemas import load_schema, validator
+
+    manifest_path = EXAMPLE / "submission.yaml"
+    text = manifest_path.read_text(encoding="utf-8")
+    manifest = yaml.safe_load(text)
+    assert list(validator("submission").iter_errors(manifest)) == []
+    assert text in (EXAMPLE.parent.parent / "docs" / "runner.md").read_text(encoding="utf-8")  # shown whole
+    for field in load_schema("submission")["properties"]:
+        assert re.search(rf"^#? ?{field}:", text, re.M), f"the example does not show {field}"
+    store = tmp_path / "store"
+    code, out, err = run(capsys, "runner", "submit", str(EXAMPLE), "--store", str(store))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("submission rank-one-ft 1.0.0: archive ") and lines[0].endswith("; 1 job(s)")
+    (job,) = JobQueue(f"sqlite:///{store / 'queue.sqlite'}").jobs()
+    assert (job.model, job.protocol, job.mode, job.state) == (
+        "knowgic-tiny",
+        "logprob",
+        "independent",
+        "PENDING",
+    )
+    assert lines[1].startswith(f"{job.job_id}\tPENDING\tknowgic-tiny\tlogprob\tindependent")
+    (archive,) = (store / "submissions").iterdir()
+    assert archive.name.startswith(job.submission_sha256)
 
 
 def test_bad_submissions_are_one_line(tmp_path: Path, capsys) -> None:
@@ -148,7 +179,7 @@ def test_every_runner_option_has_help() -> None:
         if a[0] == "runner"  # type: ignore[union-attr]
     )[1]
     commands = next(a for a in runner._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert set(commands) == {"submit", "worker", "status", "logs", "requeue", "cancel"}
+    assert set(commands) == {"submit", "worker", "status", "logs", "requeue", "cancel", "build-image"}
     for name, sub in commands.items():
         for action in sub._actions:
             if isinstance(action, argparse._HelpAction):

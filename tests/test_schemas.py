@@ -128,6 +128,7 @@ def test_submission_schema() -> None:
         ("protocols", ["beam"]),
         ("name", "Has Spaces"),
         ("models", []),
+        ("hparams", {}),  # every model needs an entry, so an empty mapping can never be right
     ]:
         bad = {**SUBMISSION, field: value}
         assert not v.is_valid(bad), field

@@ -170,7 +170,17 @@ def test_yaml_problems_name_line_and_column(tmp_path: Path, text: str, expected:
         ({"hparams": {"knowgic-tiny": "missing.yaml"}}, "hparams file 'missing.yaml' does not exist"),
         ({"hparams": {"knowgic-tiny": "../outside.yaml"}}, "must be a relative path inside"),
         ({"hparams": {"knowgic-tiny": "/etc/passwd"}}, "must be a relative path inside"),
-        ({"hparams": {"llama": {"layer": 1}}}, "hparams has no entry for model 'knowgic-tiny'"),
+        # The schema and the check agree: hparams needs an entry for every model asked for, so never none.
+        ({"hparams": {}}, r"line 7, field hparams: \{\} should be non-empty"),
+        (
+            {"hparams": {"llama": {"layer": 1}}},
+            r"field hparams: no entry for the model\(s\) 'knowgic-tiny' asked for in models \(keys: 'llama'\)",
+        ),
+        (
+            {"models": ["knowgic-tiny", "Qwen/Qwen2.5-0.5B", "org/other"], "hparams": {"gpt2": {"layer": 1}}},
+            r"no entry for the model\(s\) 'Qwen/Qwen2.5-0.5B', 'org/other' asked for in models",
+        ),
+        ({"hparams": {"knowgic-tiny": {}}}, None),  # an editor that takes no hyper-parameters
         ({"editor": "nowhere.mod:Editor"}, None),  # the folder has a pyproject.toml: installed at build
         (
             {"models": ["knowgic-tiny", "/srv/models/gpt2"]},
