@@ -46,6 +46,7 @@ from knowgic.argtypes import positive_seconds
 from knowgic.editors.base import EditHandle, Editor
 from knowgic.errors import KnowgicError
 from knowgic.records import EditRequest
+from knowgic.scoring.logprob import check_prefix_fits
 from runner.deltas import (
     DONE_MARKER,
     FAILED_MARKER,
@@ -396,6 +397,10 @@ class ReplayEditor(Editor):
     values back and deletes the delta. Sequential mode: the first ``apply`` loads the cumulative delta and
     applies it (the harness scores only after the last edit, so where the tensors go in is immaterial); each
     ``apply`` checks that the delta lists its edit id at its position and returns that edit's prefix.
+
+    A prefix is bounded here by the model's context, in tokens (the sequential run's prefixes joined, as
+    the harness scores them), before anything is scored with it: the limit is the model's, never a number
+    the edit stage chose.
     """
 
     name: ClassVar[str] = "replay"
@@ -416,6 +421,12 @@ class ReplayEditor(Editor):
             key = independent_key(index, edit_id)
             self.reader.wait_for(key)
             delta = self.reader.read(key, self.mode, expected_ids=[edit_id])
+            check_prefix_fits(
+                model,
+                tokenizer,
+                delta.edits[0].prompt_prefix,
+                f"edit {index + 1} ({edit_id}): in-context prefix",
+            )
             restore = apply_tensors(model, delta.tensors)
             delta.tensors = {}  # the model holds them now; the saved values are in ``restore``
 
@@ -431,6 +442,8 @@ class ReplayEditor(Editor):
         if index == 0:
             self.reader.wait_for(SEQUENTIAL_KEY)
             self._sequential = self.reader.read(SEQUENTIAL_KEY, self.mode, expected_ids=None)
+            joined = "".join(entry.prompt_prefix for entry in self._sequential.edits)
+            check_prefix_fits(model, tokenizer, joined, "the sequential edits' in-context prefix")
         delta = self._sequential
         if delta is None or index >= len(delta.edits) or delta.edits[index].edit_id != edit_id:
             claimed = (

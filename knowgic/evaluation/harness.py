@@ -20,7 +20,7 @@ from knowgic.editors.base import EditHandle, Editor
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.fingerprint import assert_restored, fingerprint
 from knowgic.evaluation.plan import EvalPlan
-from knowgic.scoring.base import Query, Scorer, Scores
+from knowgic.scoring.base import NonFiniteLogits, Query, Scorer, Scores
 
 MODES = ("independent", "sequential")
 
@@ -61,6 +61,17 @@ def _score_subset(
     idx = np.asarray(indices, dtype=np.int64)
     scores = scorer.score(model, tokenizer, [queries[i] for i in idx], prefix=prefix)
     return PostScores(indices=idx, scores=scores)
+
+
+def _edited_non_finite(error: NonFiniteLogits, what: str) -> KnowgicError:
+    """Non-finite logits after an edit: the edit's weights (or prefix) did it, in the dtype the model runs."""
+    edited = NonFiniteLogits(error.where, error.dtype, model="the edited model")
+    return KnowgicError(f"{what}: {edited}")
+
+
+def _edit_label(plan_edit: Any) -> str:
+    request = plan_edit.request
+    return f"edit {plan_edit.edit_id} ({request.rewrite_text!r} -> {request.target_new!r})"
 
 
 def _apply(editor: Editor, model: torch.nn.Module, tokenizer: Any, plan_edit: Any) -> EditHandle:
@@ -115,6 +126,8 @@ def run_edits(
                 run.post[edit.edit_id] = _score_subset(
                     scorer, model, tokenizer, plan.queries, edit.post_queries(pre.known), handle.prompt_prefix
                 )
+            except NonFiniteLogits as error:
+                raise _edited_non_finite(error, _edit_label(edit)) from None
             finally:
                 scored = time.perf_counter()
                 handle.restore()
@@ -142,7 +155,10 @@ def run_edits(
         post_queries = {edit.edit_id: edit.post_queries(pre.known) for edit in plan.edits}
         needed = sorted({i for queries in post_queries.values() for i in queries})
         start = time.perf_counter()
-        union = _score_subset(scorer, model, tokenizer, plan.queries, needed, prefix)
+        try:
+            union = _score_subset(scorer, model, tokenizer, plan.queries, needed, prefix)
+        except NonFiniteLogits as error:
+            raise _edited_non_finite(error, f"the {len(handles)} sequential edits") from None
         run.scoring_seconds = time.perf_counter() - start
         position = {int(q): k for k, q in enumerate(union.indices)}
         for edit in plan.edits:
