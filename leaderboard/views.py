@@ -34,7 +34,10 @@ PER_EDIT_COLUMNS = (
     "p_new",
     "p_true",
     "reasons",
+    "prompt_prefix",
 )
+# The per-edit table shows the start of an in-context prefix; the whole prefix is in the results.json download.
+PREFIX_SHOWN_CHARS = 500
 CHAIN_COLUMNS = ("case_id", "length", "active", "r_pre", "r_post", "known_post", "chain")
 
 
@@ -167,6 +170,8 @@ def per_edit_frame(document: Mapping[str, Any]) -> pd.DataFrame:
             value = record.get(column)
             if column == "reasons":
                 value = "; ".join(f"{k}: {v}" for k, v in (value or {}).items())
+            elif column == "prompt_prefix":
+                value = _prefix_cell(value)
             elif isinstance(value, float):
                 value = round(value, 4)
             elif value is None and column not in ("subject", "prompt", "target_true", "target_new"):
@@ -174,6 +179,16 @@ def per_edit_frame(document: Mapping[str, Any]) -> pd.DataFrame:
             shown[column] = value
         records.append(shown)
     return pd.DataFrame.from_records(records, columns=list(PER_EDIT_COLUMNS)).astype("object")
+
+
+def _prefix_cell(prefix: Any) -> str:
+    """An edit's in-context prefix as the table shows it: "–" for none (or a document from before prefixes
+    were recorded), else its start, bounded, with its full length."""
+    if not isinstance(prefix, str) or not prefix:
+        return "–"
+    if len(prefix) <= PREFIX_SHOWN_CHARS:
+        return prefix
+    return f"{prefix[:PREFIX_SHOWN_CHARS]}… ({len(prefix)} characters; all of it in results.json)"
 
 
 def edit_choices(document: Mapping[str, Any]) -> list[tuple[str, str]]:
