@@ -20,10 +20,10 @@ from typing import Any
 
 from knowgic.dataset.private import PrivateSplit
 from knowgic.evaluation.harness import RunScores
-from knowgic.evaluation.outcomes import collect_outcomes, compute_counts, compute_metrics, per_edit_records
+from knowgic.evaluation.outcomes import collect_outcomes, compute_counts, per_edit_records
 from knowgic.evaluation.plan import EvalPlan, build_plan
+from knowgic.evaluation.spec import EvaluationSpec
 from knowgic.records import Case
-from knowgic.uncertainty import add_intervals
 
 IFR_CHECK_RULE = "flagged when the public and the private IFR intervals do not overlap"
 
@@ -74,17 +74,22 @@ def private_document(
     split: PrivateSplit,
     edits_outside_run: int,
     public_metrics: Mapping[str, Any],
+    spec: EvaluationSpec,
 ) -> dict[str, Any]:
-    """The ``private`` object of a results document (``public_metrics`` with their intervals)."""
+    """The ``private`` object of a results document (``public_metrics`` with their intervals). Its metrics
+    are recomputed from its own records as the top level's are, so :func:`knowgic.recompute.check_results`
+    applies to it unchanged."""
+    from knowgic.evaluation.evaluate import fill_metrics
+
     outcomes = collect_outcomes(plan, run)
     block: dict[str, Any] = {
         "dataset": asdict(split.ref),
         "edits_outside_run": edits_outside_run,
-        "metrics": compute_metrics(outcomes),
+        "metrics": {},
         "counts": compute_counts(plan, outcomes),
         "per_edit": per_edit_records(plan, outcomes, run),
         "chains": [asdict(c) for c in outcomes.chains],
     }
-    add_intervals(block)
+    fill_metrics(block, outcomes, spec)
     block["ifr_check"] = ifr_check(public_metrics, block["metrics"])
     return block
