@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from knowgic.dataset.private import PrivateSplit
-from knowgic.evaluation.harness import RunScores
-from knowgic.evaluation.outcomes import collect_outcomes, compute_counts, per_edit_records
-from knowgic.evaluation.plan import EvalPlan, build_plan
-from knowgic.evaluation.spec import EvaluationSpec
-from knowgic.records import Case
+if TYPE_CHECKING:  # the leaderboard reads ifr_check from here, without torch
+    from knowgic.dataset.private import PrivateSplit
+    from knowgic.evaluation.harness import RunScores
+    from knowgic.evaluation.plan import EvalPlan
+    from knowgic.evaluation.spec import EvaluationSpec
+    from knowgic.records import Case
 
 IFR_CHECK_RULE = "flagged when the public and the private IFR intervals do not overlap"
 
@@ -33,6 +33,8 @@ def private_plan(
 ) -> tuple[EvalPlan, int]:
     """The split's plan over the run's edits, and how many of the split's edits the run leaves out
     (``--limit``). Refuses a split with an edit the public version does not request."""
+    from knowgic.evaluation.plan import build_plan
+
     split.check_edits(public_cases, public_version)
     run_edits = {edit.edit_id for edit in plan.edits}
     private = build_plan(split.cases, split.aliases, edit_ids=run_edits)
@@ -80,6 +82,7 @@ def private_document(
     are recomputed from its own records as the top level's are, so :func:`knowgic.recompute.check_results`
     applies to it unchanged."""
     from knowgic.evaluation.evaluate import fill_metrics
+    from knowgic.evaluation.outcomes import collect_outcomes, compute_counts, per_edit_records
 
     outcomes = collect_outcomes(plan, run)
     block: dict[str, Any] = {
