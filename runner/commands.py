@@ -2,6 +2,7 @@
 
     knowgic runner submit PATH            validate a submission, store it, queue its jobs
     knowgic runner worker [--gpus auto]   claim and run jobs until stopped (one worker per GPU host)
+          [--private-dataset PATH]        score a private split too (mounted into the score stage only)
     knowgic runner status [--json]        every job and its state
     knowgic runner logs JOB               a job's log
     knowgic runner requeue JOB            run a FAILED or CANCELLED job again

@@ -31,13 +31,15 @@ IFR_CHECK_RULE = "flagged when the public and the private IFR intervals do not o
 def private_plan(
     split: PrivateSplit, public_cases: Sequence[Case], public_version: str, plan: EvalPlan
 ) -> tuple[EvalPlan, int]:
-    """The split's plan over the run's edits, and how many of the split's edits the run leaves out
+    """The split's plan over the run's edits (in the run's order), and how many of the split's edits the run leaves out
     (``--limit``). Refuses a split with an edit the public version does not request."""
     from knowgic.evaluation.plan import build_plan
 
     split.check_edits(public_cases, public_version)
     run_edits = {edit.edit_id for edit in plan.edits}
     private = build_plan(split.cases, split.aliases, edit_ids=run_edits)
+    order = {edit.edit_id: index for index, edit in enumerate(plan.edits)}
+    private.edits.sort(key=lambda edit: order[edit.edit_id])  # per-edit records in the run's order
     split_edits = {case.request.edit_id for case in split.cases}
     return private, len(split_edits - run_edits)
 
