@@ -28,6 +28,7 @@ from knowgic.errors import KnowgicError
 from runner.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS, JobState
 
 if TYPE_CHECKING:
+    from runner.job import JobExecutor
     from runner.queue import Job, JobQueue
     from runner.store import ResultsStore
 
@@ -103,6 +104,18 @@ def _submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_executor(gpus: str, queue_id: str = "") -> JobExecutor:
+    """The container executor (the only one a real worker uses); ``gpus`` is "all" or "none"; its
+    containers carry ``queue_id``, so that workers of other queues on this engine leave them alone."""
+    try:
+        from runner.containers import ContainerExecutor
+    except ImportError as exc:
+        raise KnowgicError(
+            f"the container executor is not available ({exc}); install knowgic[runner]"
+        ) from None
+    return ContainerExecutor(gpus=gpus, queue_id=queue_id)
+
+
 def _worker(args: argparse.Namespace) -> int:
     from runner import worker as worker_module
 
@@ -114,9 +127,9 @@ def _worker(args: argparse.Namespace) -> int:
     if args.workdir is not None and not args.workdir.is_dir():
         raise KnowgicError(f"--workdir {args.workdir} is not a folder")
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
-    # Looked up on the module at call time: the worker always runs submitted code through an executor
-    # that isolates it (the container executor), never in this process.
-    executor = worker_module.default_executor(gpus)
+    # The worker always runs submitted code through an executor that isolates it (the container executor),
+    # never in this process.
+    executor = default_executor(gpus, queue.queue_id)
     device = worker_module.device_label(gpus)
     print(f"worker {worker_id}: queue {queue!r}, store {store.root}, device {device}", flush=True)
 
