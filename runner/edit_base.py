@@ -6,8 +6,8 @@ submission enters the image, so the layer is shared by all submissions of one ru
     questions = every question of every installed dataset version (read before anything goes)
     remove    knowgic/dataset/hub/ and upstream/ (the rows, aliases, cards), knowgic/dataset/corrections.py
               (rows it rewrites), the source copy the runner image was built from (/opt/knowgic)
-    strip     "examples" from the JSON Schemas (an example row is a row), the long description (the README)
-              from the package's METADATA
+    strip     descriptions and examples from the JSON Schemas (they quote rows; validation is unchanged),
+              the long description (the README) from the package's METADATA
     verify    no question is left in the package, its metadata, /opt or the home folders; else the build fails
 
 The files stay in the runner image's lower layers, which nothing inside a container can read: a removed
@@ -49,11 +49,21 @@ def benchmark_questions() -> set[str]:
     return questions
 
 
-def _without_examples(node: Any) -> Any:
+_ANNOTATIONS = ("description", "examples", "title", "$comment")
+_NAME_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def _without_annotations(node: Any, names: bool = False) -> Any:
+    """A schema without its prose and examples (they quote rows); validation is unchanged. ``names``: the
+    node maps property names to schemas, whose keys are names, not keywords."""
     if isinstance(node, dict):
-        return {k: _without_examples(v) for k, v in node.items() if k != "examples"}
+        return {
+            k: _without_annotations(v, names=not names and k in _NAME_MAPS)
+            for k, v in node.items()
+            if names or k not in _ANNOTATIONS
+        }
     if isinstance(node, list):
-        return [_without_examples(v) for v in node]
+        return [_without_annotations(v) for v in node]
     return node
 
 
@@ -84,7 +94,7 @@ def strip() -> list[Path]:
         path.unlink(missing_ok=True)
     for path in sorted((spec_dir() / "schemas").rglob("*.json")):
         schema = json.loads(path.read_text(encoding="utf-8"))
-        path.write_text(json.dumps(_without_examples(schema), indent=2, ensure_ascii=False) + "\n")
+        path.write_text(json.dumps(_without_annotations(schema), indent=2, ensure_ascii=False) + "\n")
     metadata = _strip_metadata()
     return [PACKAGE_DIR, *([metadata] if metadata is not None else []), *SCANNED]
 

@@ -28,8 +28,8 @@ from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from knowgic.evaluation.results import load_results
 from runner.deltas import FAILED_MARKER, DeltaError
-from runner.job import JobSpec
-from runner.stages import edit_requests, main, run_edit_stage, run_score_stage
+from runner.job import EditRequests, JobSpec
+from runner.stages import edit_requests, main, run_edit_stage, run_prepare_stage, run_score_stage
 
 LIMIT = 2
 TOLERANCE = 1e-9
@@ -54,9 +54,30 @@ def _reference(loaded, editor: str, mode: str, limit: int | None) -> dict[str, A
     return _REFERENCES[key]
 
 
+def _without_dataset(patch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """As in the edit image: no dataset folder, no upstream rows, and any attempt to load rows fails."""
+    import knowgic.dataset.loading
+    import knowgic.dataset.versions
+    import knowgic.editors.layer_stats
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the edit stage read the dataset")
+
+    patch.setattr(knowgic.dataset.versions, "HUB_DIR", tmp_path / "no-hub")
+    patch.setattr(knowgic.editors.layer_stats, "PACKAGE_DIR", tmp_path / "no-package")
+    for name in ("load_cases", "load_aliases", "dataset_ref"):
+        patch.setattr(knowgic.dataset.loading, name, refused)
+
+
 def _split(loaded, spec: JobSpec, tmp_path: Path) -> dict[str, Any]:
-    deltas = tmp_path / "deltas"
-    run_edit_stage(spec, edit_requests(spec), None, deltas, loaded=loaded)
+    """The prepare stage (dataset in reach), the edit stage (none: rows refused, statistics provided
+    read-only), then the score stage."""
+    deltas, stats = tmp_path / "deltas", tmp_path / "stats"
+    run_prepare_stage(spec, tmp_path, stats, loaded=loaded)
+    with pytest.MonkeyPatch.context() as patch:
+        _without_dataset(patch, tmp_path)
+        patch.setenv("KNOWGIC_STATS_DIR", str(stats))
+        run_edit_stage(spec, EditRequests.read(tmp_path / "requests.json"), None, deltas, loaded=loaded)
     path = run_score_stage(spec, deltas, tmp_path / "results", loaded=loaded, timeout_seconds=30, plots=False)
     assert sorted(p.name for p in deltas.iterdir()) == ["done"], "every delta is deleted once scored"
     return load_results(path)
