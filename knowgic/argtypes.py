@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 
 def positive_int(text: str) -> int:
@@ -35,4 +36,19 @@ def open_unit_fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number between 0 and 1") from None
     if not 0.0 < value < 1.0:
         raise argparse.ArgumentTypeError(f"{text!r} must lie strictly between 0 and 1")
+    return value
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``"512M"``, ``"2G"``, ``"1048576"`` -> bytes (binary units)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 1048576, 512M, 2G)")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    value = int(number * (1 << (10 * " kmgt".index(unit or " "))))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
     return value

@@ -29,6 +29,7 @@ from knowgic.errors import KnowgicError
 from runner.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS, JobState
 
 if TYPE_CHECKING:
+    from runner.job import JobExecutor
     from runner.queue import Job, JobQueue
     from runner.store import ResultsStore
 
@@ -104,6 +105,19 @@ def _submit(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_executor(gpus: str, queue_id: str = "", private_dataset: Path | None = None) -> JobExecutor:
+    """The container executor (the only one a real worker uses); ``gpus`` is "all" or "none"; its
+    containers carry ``queue_id``, so that workers of other queues on this engine leave them alone;
+    ``private_dataset``: a private split folder for the score stage alone."""
+    try:
+        from runner.containers import ContainerExecutor
+    except ImportError as exc:
+        raise KnowgicError(
+            f"the container executor is not available ({exc}); install knowgic[runner]"
+        ) from None
+    return ContainerExecutor(gpus=gpus, queue_id=queue_id, private_dataset=private_dataset)
+
+
 def _worker(args: argparse.Namespace) -> int:
     from runner import worker as worker_module
 
@@ -115,8 +129,8 @@ def _worker(args: argparse.Namespace) -> int:
     if args.workdir is not None and not args.workdir.is_dir():
         raise KnowgicError(f"--workdir {args.workdir} is not a folder")
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
-    # Looked up on the module at call time: the worker always runs submitted code through an executor
-    # that isolates it (the container executor), never in this process.
+    # The worker always runs submitted code through an executor that isolates it (the container executor),
+    # never in this process.
     private = None
     if args.private_dataset is not None:  # the operator's mistake fails here, not in every job
         from knowgic.dataset.loading import dataset_ref, load_cases
@@ -125,7 +139,7 @@ def _worker(args: argparse.Namespace) -> int:
         private = read_private_split(args.private_dataset)
         public = dataset_ref(None)
         private.check_edits(load_cases(public.version), public.version)
-    executor = worker_module.default_executor(gpus, private_dataset=args.private_dataset)
+    executor = default_executor(gpus, queue.queue_id, private_dataset=args.private_dataset)
     device = worker_module.device_label(gpus)
     print(f"worker {worker_id}: queue {queue!r}, store {store.root}, device {device}", flush=True)
     if private is not None:

@@ -28,7 +28,8 @@ from knowgic.evaluation.private import IFR_CHECK_RULE, ifr_check
 from knowgic.evaluation.results import load_results, validation_errors
 from knowgic.recompute import check_results
 from knowgic.records import Case
-from runner.stages import JobSpec, main, run_edit_stage, run_score_stage
+from runner.job import JobSpec
+from runner.stages import edit_requests, main, run_edit_stage, run_score_stage
 
 LIMIT = 3
 
@@ -110,7 +111,7 @@ def split_run(
     hparams, _ = load_hparams("rome", knowgic_tiny.model_id, knowgic_tiny.family, required=False)
     spec = JobSpec(model="knowgic-tiny", editor="rome", hparams=hparams, mode=mode, limit=LIMIT)
     root = tmp_path_factory.mktemp(f"split-{mode}")
-    run_edit_stage(spec, None, root / "deltas", loaded=knowgic_tiny)
+    run_edit_stage(spec, edit_requests(spec), None, root / "deltas", loaded=knowgic_tiny)
     path = run_score_stage(
         spec, root / "deltas", root / "out", loaded=knowgic_tiny, plots=False, private_dataset=holdout
     )
@@ -190,7 +191,7 @@ def test_the_score_command_takes_the_private_split(knowgic_tiny, holdout: Path, 
     spec = JobSpec(model="knowgic-tiny", editor="none", limit=2)
     job = tmp_path / "job.json"
     job.write_text(spec.to_json())
-    run_edit_stage(spec, None, tmp_path / "deltas", loaded=knowgic_tiny)
+    run_edit_stage(spec, edit_requests(spec), None, tmp_path / "deltas", loaded=knowgic_tiny)
     args = ["score", "--job", str(job), "--deltas", str(tmp_path / "deltas"), "--out", str(tmp_path / "out")]
     code = main([*args, "--no-plots", "--private-dataset", str(holdout)])
     assert code == 0

@@ -23,7 +23,8 @@ import pytest
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from runner.deltas import DeltaEdit, DeltaError, DeltaReader, DeltaWriter, independent_key, model_spec
-from runner.stages import JobSpec, run_edit_stage, run_score_stage
+from runner.job import JobSpec
+from runner.stages import edit_requests, run_edit_stage, run_score_stage
 
 PREFIX_EDITOR = '''
 from knowgic.editors.base import EditHandle, Editor
@@ -107,7 +108,7 @@ def _edit_then_score(
     submission = _submission(tmp_path, module, source)
     spec = JobSpec(model="knowgic-tiny", editor=f"{module}:{entry}", **job)  # type: ignore[arg-type]
     deltas = tmp_path / "deltas"
-    run_edit_stage(spec, submission, deltas, loaded=loaded)
+    run_edit_stage(spec, edit_requests(spec), submission, deltas, loaded=loaded)
     return spec, deltas
 
 
@@ -214,7 +215,9 @@ def test_a_second_delta_for_an_edit_already_scored_fails_the_job(knowgic_tiny, t
 
     def edit() -> None:
         try:
-            run_edit_stage(spec, submission, deltas, loaded=knowgic_tiny, poll_seconds=0.02)
+            run_edit_stage(
+                spec, edit_requests(spec), submission, deltas, loaded=knowgic_tiny, poll_seconds=0.02
+            )
         except BaseException as exc:  # the score stage's outcome is what the test checks
             errors.append(exc)
 
