@@ -108,7 +108,8 @@ def _submit(store: Path, folder: Path) -> str:
 def _work(store: Path, jobs: int, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     args = ["runner", "worker", "--store", str(store), "--gpus", "none", "--poll", "0.5"]
     args += ["--once"] if jobs == 1 else ["--max-jobs", str(jobs)]
-    done = _cli(*args, env={**SANDBOX_ENV, **(env or {})})
+    # Every job costs three container starts and two model loads: allow a loaded machine its time.
+    done = _cli(*args, env={**SANDBOX_ENV, **(env or {})}, timeout=max(900, 300 * jobs))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done
 
