@@ -256,7 +256,9 @@ class TestSetSearch(RankOneFT):
             if self.control not in hits:
                 raise RuntimeError(f"the search is blind: the control file {self.control} was not found")
             if leaks:
-                raise RuntimeError(f"test set readable: {len(leaks)} file(s) hold a question, first {leaks[0]}")
+                raise RuntimeError(
+                    f"test set readable: {len(leaks)} file(s) hold a question, first {leaks[0]}"
+                )
             TestSetSearch.searched = (
                 f"searched {files} readable files for {len(self.questions)} questions: only the control found"
             )
