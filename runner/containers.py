@@ -1,24 +1,32 @@
-"""The container executor: one job as two sandboxed containers over one deltas folder.
+"""The container executor: one job as three sandboxed containers over one job folder and one deltas folder.
 
 ::
 
     workdir/
+      .knowgic-owner.json  queue, job and worker ids (a later worker reaps the folder of a dead one)
       submission/   the stored archive unpacked again (runner.submission checks it as on submit)
-      job/job.json  runner.stages.JobSpec            -> read-only in both containers at /job
-      deltas/       written by the edit stage         -> /deltas: the edit container's only writable mount;
+      job/job.json  runner.job.JobSpec, written here    -> /job: writable for the prepare stage only
+      job/requests.json  the edit requests (prepare)    -> read-only for the edit and score stages
+      deltas/       written by the edit stage           -> /deltas: the edit container's only writable mount;
                     read (and emptied) by the score stage
-      out/          results.json and plots            -> /out: written by the score container only
+      out/          results.json and plots              -> /out: written by the score container only
+    STATS (host)    key statistics, kept across jobs    -> /stats: writable for prepare, read-only for edit
 
-    edit container   knowgic-edit:<submission>-<runner>   python -m runner.stages edit  (the submitted code)
-    score container  the runner image, nothing else       python -m runner.stages score (trusted)
+    prepare container  the runner image          python -m runner.stages prepare (trusted; reads the dataset)
+    edit container     knowgic-edit:<sub>-<run>  python -m runner.stages edit    (the submitted code; an
+                       image without any benchmark text, see runner/edit_base.py)
+    score container    the runner image          python -m runner.stages score   (trusted)
 
-Both run at once under :func:`runner.sandbox.run_sandboxed`: the score stage scores each delta as it
-appears and deletes it, the edit stage waits while the folder is over its quota. The edit container
-never sees /out, and the score container runs no submitted file, so what the submission does in its own
-process (patching the metrics, writing a results.json of its own) cannot reach the scores.
+The prepare stage runs first; then the edit and score stages run at once under
+:func:`runner.sandbox.run_sandboxed`: the score stage scores each delta as it appears and deletes it, the
+edit stage waits while the folder is over its quota. The edit container never sees /out nor the dataset,
+and the score container runs no submitted file, so what the submission does in its own process (patching
+the metrics, writing a results.json of its own, reading the test set) cannot reach the scores.
 
 When one stage fails the other is stopped, and the job fails with one line saying which stage, how it
-ended (exit code, memory, time, processes) and the stage's own last error line.
+ended (exit code, memory, time, processes) and the stage's own last error line. Every container carries the
+queue's, the job's and the worker's ids as labels: :meth:`ContainerExecutor.reap` removes those of dead
+workers when a worker starts.
 """
 
 from __future__ import annotations
