@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 
 def positive_int(text: str) -> int:
@@ -53,3 +54,18 @@ def add_model_argument(parser: argparse.ArgumentParser, what: str = "") -> None:
         help=f"offline name (knowgic-tiny, gemma3-270m, smollm2-135m; `knowgic models list`), hub id "
         f"OWNER/NAME or local path{what} (default: {DEFAULT_MODEL})",
     )
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``"512M"``, ``"2G"``, ``"1048576"`` -> bytes (binary units)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 1048576, 512M, 2G)")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    value = int(number * (1 << (10 * " kmgt".index(unit or " "))))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return value

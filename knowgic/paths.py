@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+# A read-only folder of key statistics computed by trusted code (knowgic.editors.layer_stats).
+PROVIDED_STATS_VARIABLE = "KNOWGIC_STATS_DIR"
 
 
 def spec_dir() -> Path:

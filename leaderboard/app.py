@@ -251,7 +251,7 @@ def build_app(
             files.append(str(copy))
         config = dict(document["config"])
         return (
-            views.detail_header(row, permalink),
+            views.detail_header(row, permalink) + views.private_note(document),
             views.metrics_frame(row, document),
             plots.heatmap_figure(document["per_edit"], f"{row.model} · {row.editor}: per-edit metrics"),
             views.per_edit_frame(document),

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from knowgic.argtypes import parse_size
 from knowgic.errors import KnowgicError
 from runner.deltas import folder_bytes
-from runner.stages import JobSpec, parse_size
+from runner.job import REQUESTS_FILE, JobSpec
 
 
 @dataclass
@@ -101,8 +102,12 @@ def _stage(*args: str) -> list[str]:
 
 
 def run_split(job: Path, work: Path, quota: int, streaming: bool) -> Measured:
+    """The edit and score stages of ``job``, whose folder holds the prepare stage's requests.json."""
     deltas, out = work / "deltas", work / "results"
-    edit_cmd = _stage("edit", "--job", str(job), "--out", str(deltas), "--quota", str(quota))
+    requests = job.parent / REQUESTS_FILE
+    edit_cmd = _stage(
+        "edit", "--job", str(job), "--requests", str(requests), "--out", str(deltas), "--quota", str(quota)
+    )
     score_cmd = _stage("score", "--job", str(job), "--deltas", str(deltas), "--out", str(out))
     deltas.mkdir(parents=True)  # as the runner does: the score stage may start before the edit stage writes
     with _PeakSampler(deltas) as sampler:
@@ -200,6 +205,10 @@ def _bench(args: argparse.Namespace) -> int:
         work = Path(tmp)
         job = work / "job.json"
         job.write_text(spec.to_json(), encoding="utf-8")
+        prepare = subprocess.run(
+            _stage("prepare", "--job", str(job), "--out", str(work)), capture_output=True, text=True
+        )
+        _check(prepare, "prepare stage", prepare.stderr)
         runs: list[tuple[Measured, Measured, Measured]] = []
         documents = []
         for repeat in range(args.repeats):

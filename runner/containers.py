@@ -1,24 +1,32 @@
-"""The container executor: one job as two sandboxed containers over one deltas folder.
+"""The container executor: one job as three sandboxed containers over one job folder and one deltas folder.
 
 ::
 
     workdir/
+      .knowgic-owner.json  queue, job and worker ids (a later worker reaps the folder of a dead one)
       submission/   the stored archive unpacked again (runner.submission checks it as on submit)
-      job/job.json  runner.stages.JobSpec            -> read-only in both containers at /job
-      deltas/       written by the edit stage         -> /deltas: the edit container's only writable mount;
+      job/job.json  runner.job.JobSpec, written here    -> /job: writable for the prepare stage only
+      job/requests.json  the edit requests (prepare)    -> read-only for the edit and score stages
+      deltas/       written by the edit stage           -> /deltas: the edit container's only writable mount;
                     read (and emptied) by the score stage
-      out/          results.json and plots            -> /out: written by the score container only
+      out/          results.json and plots              -> /out: written by the score container only
+    STATS (host)    key statistics, kept across jobs    -> /stats: writable for prepare, read-only for edit
 
-    edit container   knowgic-edit:<submission>-<runner>   python -m runner.stages edit  (the submitted code)
-    score container  the runner image, nothing else       python -m runner.stages score (trusted)
+    prepare container  the runner image          python -m runner.stages prepare (trusted; reads the dataset)
+    edit container     knowgic-edit:<sub>-<run>  python -m runner.stages edit    (the submitted code; an
+                       image without any benchmark text, see runner/edit_base.py)
+    score container    the runner image          python -m runner.stages score   (trusted)
 
-Both run at once under :func:`runner.sandbox.run_sandboxed`: the score stage scores each delta as it
-appears and deletes it, the edit stage waits while the folder is over its quota. The edit container
-never sees /out, and the score container runs no submitted file, so what the submission does in its own
-process (patching the metrics, writing a results.json of its own) cannot reach the scores.
+The prepare stage runs first; then the edit and score stages run at once under
+:func:`runner.sandbox.run_sandboxed`: the score stage scores each delta as it appears and deletes it, the
+edit stage waits while the folder is over its quota. The edit container never sees /out nor the dataset,
+and the score container runs no submitted file, so what the submission does in its own process (patching
+the metrics, writing a results.json of its own, reading the test set) cannot reach the scores.
 
 When one stage fails the other is stopped, and the job fails with one line saying which stage, how it
-ended (exit code, memory, time, processes) and the stage's own last error line.
+ended (exit code, memory, time, processes) and the stage's own last error line. Every container carries the
+queue's, the job's and the worker's ids as labels: :meth:`ContainerExecutor.reap` removes those of dead
+workers when a worker starts.
 """
 
 from __future__ import annotations
@@ -34,8 +42,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from knowgic.argtypes import parse_size
 from knowgic.errors import KnowgicError
-from runner.deltas import DONE_MARKER, FAILED_MARKER, one_line
+from knowgic.paths import PROVIDED_STATS_VARIABLE, cache_dir
 from runner.images import (
     SUBMISSION_DIR,
     ImageBuildError,
@@ -44,6 +53,15 @@ from runner.images import (
     ensure_docker,
     image_id,
     remove_stale_edit_images,
+)
+from runner.job import (
+    DONE_MARKER,
+    FAILED_MARKER,
+    JOB_FILE,
+    REQUESTS_FILE,
+    JobFailure,
+    JobSpec,
+    one_line,
 )
 from runner.sandbox import (
     SCRATCH_DIR,
@@ -55,9 +73,7 @@ from runner.sandbox import (
     resolve_gpus,
     run_sandboxed,
 )
-from runner.stages import JobSpec, parse_size
 from runner.submission import SubmissionError, unpack_stored_archive
-from runner.worker import JobFailure
 
 if TYPE_CHECKING:
     from runner.queue import Job
@@ -65,10 +81,15 @@ if TYPE_CHECKING:
 STAGE_COMMAND = ("python3", "-m", "runner.stages")
 JOB_LABEL = "org.knowgic.job"
 STAGE_LABEL = "org.knowgic.stage"
+QUEUE_LABEL = "org.knowgic.queue"
+WORKER_LABEL = "org.knowgic.worker"
+STATS_MOUNT = "/stats"
 # Seconds the score stage may keep running once the edit stage has failed (it sees the `failed` marker and
 # stops by itself), and seconds the edit stage may take to exit once the score stage has ended (the
 # editor's process may still be winding down after it wrote its marker): past these, the stage is killed.
 SCORE_GRACE_SECONDS = 60.0
+# Where the score container sees the operator's private split (read-only).
+PRIVATE_DIR = "/private"
 EDIT_GRACE_SECONDS = 30.0
 _ERROR_LINE = re.compile(r"^(error: .*|[A-Za-z_.]*(Error|Exception|Interrupt)\b.*)$")
 
@@ -152,6 +173,36 @@ def _private_folder(path: Path, mode: int = 0o755) -> Path:
     return path
 
 
+def _check_model_cache(folder: Path) -> None:
+    """The model cache is mounted into the edit stage: it must hold models only, no dataset (a cached copy
+    of the benchmark would hand the test set to the submission)."""
+    if not folder.is_dir():
+        raise KnowgicError(f"model cache {folder} (KNOWGIC_MODEL_CACHE) is not a folder")
+    datasets = sorted(
+        [*(folder / "hub").glob("datasets--*"), *folder.glob("datasets--*"), *folder.glob("datasets")]
+    )
+    if datasets:
+        raise KnowgicError(
+            f"model cache {folder} (KNOWGIC_MODEL_CACHE) holds datasets ({datasets[0].name}); the edit stage "
+            "sees this folder, so it must hold models only: point the variable at a cache of models"
+        )
+
+
+def _remove_container(container: Any) -> int:
+    docker = _docker_errors()
+    try:
+        container.remove(force=True, v=True)
+    except docker.NotFound:  # gone meanwhile (its own run removed it)
+        return 0
+    return 1
+
+
+def _docker_errors() -> Any:
+    import docker.errors
+
+    return docker.errors
+
+
 @dataclass
 class ContainerExecutor:
     """:class:`runner.worker.JobExecutor` that runs each stage in a sandboxed container.
@@ -160,6 +211,8 @@ class ContainerExecutor:
     ``$KNOWGIC_RUNNER_IMAGE`` or ``knowgic-runner:<version>``). ``model_cache`` (default
     ``$KNOWGIC_MODEL_CACHE``): a host Hugging Face cache folder (what ``HF_HOME`` names) with the models
     the jobs ask for, mounted read-only at /cache/huggingface in both containers, which never download.
+    ``private_dataset``: a private split folder (:mod:`knowgic.dataset.private`), mounted read-only at
+    /private into the score stage only, which scores its chains beside the public ones.
     """
 
     gpus: str = "auto"
@@ -169,6 +222,11 @@ class ContainerExecutor:
     quota: str = field(default_factory=lambda: os.environ.get("KNOWGIC_DELTA_QUOTA") or DEFAULT_DELTA_QUOTA)
     deltas_cap: str | None = field(default_factory=lambda: os.environ.get("KNOWGIC_DELTA_CAP"))
     model_cache: Path | None = field(default_factory=lambda: _env_path("KNOWGIC_MODEL_CACHE"))
+    stats_cache: Path = field(
+        default_factory=lambda: _env_path("KNOWGIC_RUNNER_STATS") or cache_dir() / "runner-stats"
+    )
+    queue_id: str = ""
+    private_dataset: Path | None = None
     client: Any = None
 
     def __post_init__(self) -> None:
@@ -182,8 +240,13 @@ class ContainerExecutor:
         self.deltas_cap_bytes = max(cap, self.quota_bytes)
         self.use_gpus = resolve_gpus(self.gpus)
         self.runner_image = self.runner_image or default_runner_image()
-        if self.model_cache is not None and not Path(self.model_cache).is_dir():
-            raise KnowgicError(f"model cache {self.model_cache} (KNOWGIC_MODEL_CACHE) is not a folder")
+        if self.model_cache is not None:
+            _check_model_cache(Path(self.model_cache))
+        _private_folder(Path(self.stats_cache))
+        if self.private_dataset is not None:
+            from knowgic.dataset.private import read_private_split
+
+            self.private_dataset = read_private_split(self.private_dataset).folder.resolve()
         if self.client is None:
             self.client = ensure_docker()
         self.runner_image_id = image_id(self.client, self.runner_image)  # fails now, with how to build it
@@ -209,11 +272,25 @@ class ContainerExecutor:
         )
 
     def remove_leftovers(self, job_id: str) -> int:
-        """Remove containers of an earlier attempt of ``job_id`` (a worker killed while they ran)."""
-        leftovers = self.client.containers.list(all=True, filters={"label": f"{JOB_LABEL}={job_id}"})
+        """Remove containers of an earlier attempt of ``job_id`` of this queue (a worker killed while they
+        ran); another queue's job of the same id is not this one."""
+        labels = [f"{JOB_LABEL}={job_id}", f"{QUEUE_LABEL}={self.queue_id}"]
+        leftovers = self.client.containers.list(all=True, filters={"label": labels})
         for container in leftovers:
-            container.remove(force=True, v=True)
+            _remove_container(container)
         return len(leftovers)
+
+    def reap(self, queue_id: str, alive: Callable[[str, str], bool]) -> int:
+        """Remove the containers of queue ``queue_id`` whose worker is no longer alive for their job
+        (:func:`runner.worker.reap_dead`); returns how many."""
+        removed = 0
+        for container in self.client.containers.list(
+            all=True, filters={"label": f"{QUEUE_LABEL}={queue_id}"}
+        ):
+            labels = container.labels or {}
+            if not alive(labels.get(JOB_LABEL, ""), labels.get(WORKER_LABEL, "")):
+                removed += _remove_container(container)
+        return removed
 
     def execute(self, job: Job, submission_archive: Path, workdir: Path, log: Callable[[str], None]) -> Path:
         workdir = Path(workdir)
@@ -237,15 +314,15 @@ class ContainerExecutor:
         )
         spec = self.job_spec(job, submission.manifest, hparams)
         job_dir = _private_folder(workdir / "job")
-        (job_dir / "job.json").write_text(spec.to_json(), encoding="utf-8")
-        (job_dir / "job.json").chmod(0o644)
+        (job_dir / JOB_FILE).write_text(spec.to_json(), encoding="utf-8")
+        (job_dir / JOB_FILE).chmod(0o644)
         deltas, out = _private_folder(workdir / "deltas"), _private_folder(workdir / "out")
-        shared = [Mount(job_dir, "/job")]
-        if self.model_cache is not None:
-            shared.append(Mount(self.model_cache, "/cache/huggingface"))
-        labels = {JOB_LABEL: job.job_id}
+        models = [Mount(self.model_cache, "/cache/huggingface")] if self.model_cache is not None else []
+        shared = [Mount(job_dir, "/job"), *models]
+        labels = {JOB_LABEL: job.job_id, QUEUE_LABEL: self.queue_id, WORKER_LABEL: job.worker or ""}
         # The model's caches (hashes, converted files) go to the tmpfs; downloaded models come read-only.
         environment = {"KNOWGIC_CACHE": f"{SCRATCH_DIR}/knowgic-cache", "HF_HOME": "/cache/huggingface"}
+        self._prepare(job_dir, models, labels, environment, log)
         edit_cancel, score_cancel = threading.Event(), threading.Event()
         # The score stage waits for the edit stage, so its clock covers both: the edit stage always reaches
         # its own limit first, and the job's reason names the stage that ran out of time.
@@ -263,7 +340,9 @@ class ContainerExecutor:
                         *STAGE_COMMAND,
                         "edit",
                         "--job",
-                        "/job/job.json",
+                        f"/job/{JOB_FILE}",
+                        "--requests",
+                        f"/job/{REQUESTS_FILE}",
                         "--submission",
                         SUBMISSION_DIR,
                         "--out",
@@ -271,10 +350,14 @@ class ContainerExecutor:
                         "--quota",
                         self.quota,
                     ],
-                    mounts=[*shared, Mount(deltas, "/deltas", writable=True)],
+                    mounts=[
+                        *shared,
+                        Mount(self.stats_cache, STATS_MOUNT),
+                        Mount(deltas, "/deltas", writable=True),
+                    ],
                     limits=self.edit_limits,
                     gpus="all" if self.use_gpus else "none",
-                    environment=environment,
+                    environment={**environment, PROVIDED_STATS_VARIABLE: STATS_MOUNT},
                     labels={**labels, STAGE_LABEL: "edit"},
                     on_output=lambda line: log(f"[edit] {line}"),
                     cancel=edit_cancel,
@@ -294,18 +377,25 @@ class ContainerExecutor:
                         *STAGE_COMMAND,
                         "score",
                         "--job",
-                        "/job/job.json",
+                        f"/job/{JOB_FILE}",
                         "--deltas",
                         "/deltas",
                         "--out",
                         "/out",
                         "--timeout",
                         f"{self.edit_limits.timeout_seconds + SCORE_GRACE_SECONDS:g}",
+                        *(["--private-dataset", PRIVATE_DIR] if self.private_dataset is not None else []),
                     ],
                     mounts=[
                         *shared,
                         Mount(deltas, "/deltas", writable=True),
                         Mount(out, "/out", writable=True),
+                        # The private split: the score stage's alone, never mounted where submitted code runs.
+                        *(
+                            [Mount(self.private_dataset, PRIVATE_DIR)]
+                            if self.private_dataset is not None
+                            else []
+                        ),
                     ],
                     limits=score_limits,
                     gpus="all" if self.use_gpus else "none",
@@ -368,6 +458,37 @@ class ContainerExecutor:
         if not results.is_file():
             raise JobFailure("the score stage ended without writing results.json")
         return results
+
+    def _prepare(
+        self,
+        job_dir: Path,
+        models: list[Mount],
+        labels: dict[str, str],
+        environment: dict[str, str],
+        log: Callable[[str], None],
+    ) -> None:
+        """The trusted prepare stage (runner image): requests.json into the job folder, and the key
+        statistics the hparams name into the host's statistics folder, which the edit stage reads."""
+        result = run_sandboxed(
+            self.client,
+            str(self.runner_image),
+            [*STAGE_COMMAND, "prepare", "--job", f"/job/{JOB_FILE}", "--out", "/job", "--stats", STATS_MOUNT],
+            mounts=[
+                Mount(job_dir, "/job", writable=True),
+                Mount(self.stats_cache, STATS_MOUNT, writable=True),
+                *models,
+            ],
+            limits=self.score_limits,
+            gpus="all" if self.use_gpus else "none",
+            environment=environment,
+            labels={**labels, STAGE_LABEL: "prepare"},
+            on_output=lambda line: log(f"[prepare] {line}"),
+        )
+        if not result.ok or not (job_dir / REQUESTS_FILE).is_file():
+            detail = _last_error_line(result.logs)
+            reason = f"the prepare stage {result.describe()}"
+            raise JobFailure(f"{reason}: {detail.removeprefix('error: ')}" if detail else reason)
+        log(f"[runner] prepare stage done ({result.seconds:.1f} s)")
 
     def _edit_reason(self, result: SandboxResult, deltas: Path) -> str:
         reason = f"the edit stage (the submitted editor) {result.describe()}"

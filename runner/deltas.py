@@ -17,8 +17,10 @@ disk stays bounded while the score stage consumes (and deletes) deltas.
 The trusted side (:class:`DeltaReader`) opens only names it derives itself, refuses links and anything that
 is not a regular file, bounds every size before reading, parses tensors with safetensors (never pickle), and
 checks that each tensor is a parameter or buffer of the model with its shape and dtype and finite values,
-and that the sidecar follows :data:`SIDECAR_SCHEMA` and covers exactly the expected edits. Anything else
-raises :class:`DeltaError` with the reason, which fails the job.
+and that the sidecar follows ``spec/schemas/delta_sidecar.schema.json`` and covers exactly the expected edits.
+Each key is scored once: a delta that reappears after its key was consumed, or that is replaced while being
+scored, is a second delta for an edit already scored. Anything else raises :class:`DeltaError` with the
+reason, which fails the job.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
@@ -44,11 +45,10 @@ from safetensors.torch import save_file
 
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.fingerprint import TensorStamp, changed_since, named_tensors
+from runner.job import DONE_MARKER, FAILED_MARKER, one_line, read_sidecar
 
 DELTA_FORMAT = "knowgic-delta"
 DELTA_FORMAT_VERSION = 1
-DONE_MARKER = "done"
-FAILED_MARKER = "failed"
 SEQUENTIAL_KEY = "sequential"
 TENSORS_SUFFIX = ".safetensors"
 SIDECAR_SUFFIX = ".json"
@@ -56,51 +56,10 @@ KEY_PATTERN = r"^(edit-[0-9]{4,6}-[0-9a-f]{12}|sequential)$"
 EDIT_ID_PATTERN = r"^[0-9a-f]{12}$"
 # Bounds of what the trusted side reads from the untrusted one.
 MAX_SIDECAR_BYTES = 8 << 20
-MAX_PREFIX_CHARS = 100_000
+MAX_PREFIX_CHARS = 100_000  # the sidecar schema's maxLength of a prompt prefix
 MAX_INFO_BYTES = 64 << 10
-MAX_REASON_CHARS = 2000
 # safetensors' JSON header and alignment on top of the raw tensor bytes.
 HEADER_ALLOWANCE_BYTES = 1 << 20
-
-SIDECAR_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["format", "format_version", "key", "mode", "edits", "tensors"],
-    "properties": {
-        "format": {"const": DELTA_FORMAT},
-        "format_version": {"const": DELTA_FORMAT_VERSION},
-        "key": {"type": "string", "pattern": KEY_PATTERN},
-        "mode": {"enum": ["independent", "sequential"]},
-        "edits": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["edit_id", "prompt_prefix", "info"],
-                "properties": {
-                    "edit_id": {"type": "string", "pattern": EDIT_ID_PATTERN},
-                    "prompt_prefix": {"type": "string", "maxLength": MAX_PREFIX_CHARS},
-                    "info": {"type": "object"},
-                    "seconds": {"type": "number", "minimum": 0},
-                },
-            },
-        },
-        "tensors": {
-            "description": "File name of the changed tensors: <key>.safetensors, or null when none changed.",
-            "type": ["string", "null"],
-        },
-        "tensor_names": {"type": "array", "items": {"type": "string"}},
-        "merged_adapters": {
-            "description": "Modules whose adapters (peft tuner layers) the edit stage folded into their base "
-            "weights: the tensors are the merged weights W + s B A, not the adapter.",
-            "type": "array",
-            "items": {"type": "string", "minLength": 1, "maxLength": 1000},
-            "maxItems": 100_000,
-        },
-    },
-}
 
 
 class DeltaError(KnowgicError):
@@ -289,12 +248,6 @@ def folder_bytes(folder: Path) -> int:
             except FileNotFoundError:  # consumed meanwhile
                 continue
     return total
-
-
-def one_line(text: str, limit: int = MAX_REASON_CHARS) -> str:
-    """``text`` as one printable line of at most ``limit`` characters."""
-    flat = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def _jsonable(value: Any) -> Any:
@@ -494,6 +447,10 @@ class DeltaReader:
         self.merged_adapter_deltas = 0
         self.merged_adapter_modules: set[str] = set()
         self.wait_seconds = 0.0
+        # Keys read (with the identity of the sidecar read) and keys consumed: each delta is scored once.
+        self._read_as: dict[str, tuple[int, int, int]] = {}
+        self._consumed: list[str] = []
+        self._rewritten: str | None = None
 
     # -- markers --------------------------------------------------------------------------------------
     def failure(self) -> str | None:
@@ -514,6 +471,19 @@ class DeltaReader:
         reason = self.failure()
         if reason is not None:
             raise DeltaError(f"the edit stage failed: {reason}")
+        self.check_written_once()
+
+    def check_written_once(self) -> None:
+        """Fail when the edit stage wrote a second delta for a key already scored: written again after the
+        score stage consumed it, or replaced while it was being scored (the first one would have been
+        scored and the second ignored)."""
+        if self._rewritten is not None:
+            raise DeltaError(_second_delta_reason(self._rewritten, "while that edit was being scored"))
+        for key in self._consumed:
+            if any(
+                os.path.lexists(self.folder / f"{key}{suffix}") for suffix in (SIDECAR_SUFFIX, TENSORS_SUFFIX)
+            ):
+                raise DeltaError(_second_delta_reason(key, "after that edit was scored"))
 
     def wait_for(self, key: str) -> None:
         """Block until ``key``'s sidecar exists; fail on a ``failed`` marker, a ``done`` without it, or time."""
@@ -544,28 +514,23 @@ class DeltaReader:
                     f"timed out after {self.timeout_seconds:g} s waiting for the edit stage to finish"
                 )
             time.sleep(self.poll_seconds)
+        self.check_written_once()  # whatever the edit stage wrote before its marker is visible now
         self.wait_seconds += time.monotonic() - start
 
     # -- reading --------------------------------------------------------------------------------------
     def read(self, key: str, mode: str, expected_ids: Sequence[str] | None) -> Delta:
         """Read and validate ``key``'s delta; ``expected_ids`` (when given) must be its edit ids, in order."""
         sidecar_path = self.folder / f"{key}{SIDECAR_SUFFIX}"
+        if key in self._read_as or key in self._consumed:
+            raise DeltaError(_second_delta_reason(key, "after that edit was read"))
+        identity = _identity(sidecar_path)
         raw = _read_regular_file(sidecar_path, MAX_SIDECAR_BYTES, "delta sidecar")
         try:
-            sidecar = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DeltaError(f"delta sidecar {sidecar_path.name} is not valid JSON: {exc}") from None
-        errors = sorted(
-            jsonschema.Draft202012Validator(SIDECAR_SCHEMA).iter_errors(sidecar),
-            key=lambda e: list(e.absolute_path),
-        )
-        if errors:
-            first = errors[0]
-            where = "/" + "/".join(str(p) for p in first.absolute_path)
-            raise DeltaError(
-                f"delta sidecar {sidecar_path.name} breaks the delta schema at {where}: "
-                + one_line(first.message, 300)
-            )
+            sidecar = read_sidecar(raw, sidecar_path.name)
+        except DeltaError:
+            raise
+        except KnowgicError as exc:
+            raise DeltaError(str(exc)) from None
         if sidecar["key"] != key:
             raise DeltaError(
                 f"delta sidecar {sidecar_path.name} claims key {sidecar['key']!r}, expected {key!r}"
@@ -627,6 +592,8 @@ class DeltaReader:
         ]
         self.deltas_read += 1
         self.bytes_read += nbytes
+        if identity is not None:
+            self._read_as[key] = identity
         if merged_adapters:
             self.merged_adapter_deltas += 1
             self.merged_adapter_modules.update(merged_adapters)
@@ -662,9 +629,32 @@ class DeltaReader:
         return tensors
 
     def remove(self, key: str) -> None:
-        """Delete a consumed delta (tensors first, so a sidecar never points at nothing)."""
+        """Delete a consumed delta (tensors first, so a sidecar never points at nothing).
+
+        A sidecar that is no longer the one read was replaced while the edit was scored: remembered, and
+        the job fails at the next wait (restoring the model must not be interrupted)."""
+        read_as = self._read_as.pop(key, None)
+        if read_as is not None and _identity(self.folder / f"{key}{SIDECAR_SUFFIX}") != read_as:
+            self._rewritten = self._rewritten or key
         for suffix in (TENSORS_SUFFIX, SIDECAR_SUFFIX):
             (self.folder / f"{key}{suffix}").unlink(missing_ok=True)
+        self._consumed.append(key)
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """What tells two versions of a file apart: (inode, modification time, size); None when absent."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (info.st_ino, info.st_mtime_ns, info.st_size)
+
+
+def _second_delta_reason(key: str, when: str) -> str:
+    """The job's reason when the edit stage writes ``key``'s delta a second time."""
+    match = re.match(r"^edit-([0-9]+)-([0-9a-f]{12})$", key)
+    what = f"edit {int(match.group(1)) + 1} ({match.group(2)})" if match else "the sequential run"
+    return f"the edit stage wrote a second delta for {what} {when}; each edit's delta is written once"
 
 
 def _itemsize(dtype: torch.dtype) -> int:

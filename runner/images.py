@@ -6,9 +6,11 @@ Three images, each built FROM the one before::
               a Debian bookworm made here with debootstrap (python3.11 + pip), imported with `docker import`
     runner    the top-level Dockerfile: the package with its runner extras, pinned (docker/requirements.lock);
               the trusted score stage runs in it and nothing of a submission ever enters it
-    edit      runner + one submission's files (/submission) and its pip requirements, tagged by the
-              submission's sha256 and the runner image's id, so a submission is built once per runner image;
-              the network is there while it is built and never while it runs (runner/sandbox.py)
+    edit      runner minus every benchmark text (runner/edit_base.py) + one submission's files (/submission)
+              and its requirements, tagged by the submission's sha256 and the runner image's id, so a
+              submission is built once per runner image. Its requirements are wheels only, fetched first
+              (runner/wheels.py, in a container of the runner image), then installed in a build with no
+              network as the non-root user: no submitted code runs as root or with the network, ever
 
 Builds use the engine's classic builder through the docker SDK, so the Dockerfile orders its layers for the
 cache (base, torch, pinned dependencies, then the sources): a second build of changed sources only reruns
@@ -401,22 +403,100 @@ def edit_image_tag(runner_image_id: str, submission_sha256: str) -> str:
     return f"{EDIT_REPOSITORY}:{submission_sha256[:24]}-{runner_image_id.removeprefix('sha256:')[:12]}"
 
 
-def _edit_dockerfile(runner_image: str, has_requirements: bool, has_ca: bool) -> str:
+# Where the edit image installs a submission's requirements (the non-root user's PYTHONUSERBASE): pip's
+# --user scheme keeps the packages the runner image already holds, and puts only the missing ones here.
+SUBMISSION_PACKAGES = "/opt/knowgic-submission-packages"
+WHEELHOUSE = "/opt/knowgic-wheels"
+
+
+def _edit_dockerfile(runner_image: str, has_requirements: bool) -> str:
     lines = [
         f"FROM {runner_image}",
         "USER root",
+        # Before anything of the submission: the image keeps no benchmark text (runner/edit_base.py).
+        "RUN python3 -m runner.edit_base",
         f"COPY submission/ {SUBMISSION_DIR}/",
         # Readable by the sandbox's user, writable by nobody: the running editor cannot change its own code.
         f"RUN chown -R root:root {SUBMISSION_DIR} && chmod -R a+rX,go-w {SUBMISSION_DIR}",
     ]
     if has_requirements:
-        cert = "PIP_CERT=/opt/knowgic-submission-build/ca-certificates.crt " if has_ca else ""
         lines += [
-            "COPY build/ /opt/knowgic-submission-build/",
-            f"RUN {cert}python3 -m pip install -r /opt/knowgic-submission-build/requirements.txt && rm -rf /opt/knowgic-submission-build",
+            f"COPY wheels/ {WHEELHOUSE}/",
+            f"RUN mkdir -p {SUBMISSION_PACKAGES} && chown knowgic:knowgic {SUBMISSION_PACKAGES}",
+            f"ENV PYTHONUSERBASE={SUBMISSION_PACKAGES}",
+            # As the non-root user, from the wheelhouse only (the build has no network): wheels are unpacked,
+            # never built, and the import check runs whatever they install with no network and no root.
+            "USER knowgic",
+            f"RUN python3 -m pip install --user --no-index --no-cache-dir --only-binary :all: "
+            f"--find-links {WHEELHOUSE}/wheels -r {WHEELHOUSE}/requirements.txt "
+            '&& python3 -c "import knowgic, runner"',
+            "USER root",
+            f"RUN rm -rf {WHEELHOUSE} && chown -R root:root {SUBMISSION_PACKAGES} "
+            f"&& chmod -R a+rX,go-w {SUBMISSION_PACKAGES}",
         ]
-    lines += [f"ENV PYTHONPATH={SUBMISSION_DIR}", "USER knowgic", ""]
+    lines += [f"ENV PYTHONPATH={SUBMISSION_DIR}:{SUBMISSION_DIR}/src", "USER knowgic", ""]
     return "\n".join(lines)
+
+
+def fetch_wheels(
+    client: docker.DockerClient,
+    runner_image: str,
+    requirements: list[str],
+    folder: Path,
+    *,
+    ca_bundle: Path | None = HOST_CA_BUNDLE,
+    find_links: Path | None = None,
+    log: _LOG = _quiet,
+) -> list[str]:
+    """Resolve ``requirements`` against the runner image's packages and download the wheels it lacks into
+    ``folder/wheels`` (:mod:`runner.wheels`, in a container of the runner image: trusted code, the non-root
+    user, a read-only root, with the network, which pip needs and nothing of the submission gets).
+
+    ``find_links`` (default ``$KNOWGIC_FIND_LINKS``): a host folder of wheels pip may take besides the
+    index (``$PIP_INDEX_URL`` when set). Returns the pinned ``name==version`` of the wheels fetched.
+    """
+    from runner.sandbox import Mount, SandboxLimits, run_sandboxed
+
+    inputs, out = folder / "in", folder / "out"
+    inputs.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (inputs / "requirements.txt").write_text("".join(f"{line}\n" for line in requirements), encoding="utf-8")
+    inputs.chmod(0o755)
+    (inputs / "requirements.txt").chmod(0o644)
+    mounts = [Mount(inputs, "/in"), Mount(out, "/out", writable=True)]
+    command = ["python3", "-m", "runner.wheels", "--requirements", "/in/requirements.txt", "--out", "/out"]
+    environment: dict[str, str] = {}
+    if ca_bundle is not None and ca_bundle.is_file():
+        mounts.append(Mount(ca_bundle, "/etc/knowgic-ca.crt"))
+        environment["PIP_CERT"] = "/etc/knowgic-ca.crt"
+    if os.environ.get("PIP_INDEX_URL"):
+        environment["PIP_INDEX_URL"] = os.environ["PIP_INDEX_URL"]
+    find_links = find_links or (
+        Path(os.environ["KNOWGIC_FIND_LINKS"]) if os.environ.get("KNOWGIC_FIND_LINKS") else None
+    )
+    if find_links is not None:
+        mounts.append(Mount(find_links, "/find-links"))
+        command += ["--find-links", "/find-links"]
+    log(f"fetching the wheels of {len(requirements)} requirement(s)")
+    result = run_sandboxed(
+        client,
+        runner_image,
+        command,
+        mounts=mounts,
+        limits=SandboxLimits(memory_bytes=4 * (1 << 30), cpus=2.0, pids=256, timeout_seconds=900.0),
+        gpus="none",
+        environment=environment,
+        network=True,
+    )
+    lines = [line for line in result.logs.splitlines() if line.strip()]
+    if not result.ok:
+        errors = [line for line in lines if line.startswith("error:")]
+        detail = (errors or lines or [result.describe()])[-1].removeprefix("error: ")
+        raise ImageBuildError(f"the requirements cannot be installed from wheels: {detail}")
+    pinned_file = out / "pinned.txt"
+    pinned = pinned_file.read_text(encoding="utf-8").split() if pinned_file.is_file() else []
+    log(f"wheels: {' '.join(pinned) or 'none needed (the runner image has every requirement)'}")
+    return pinned
 
 
 def build_edit_image(
@@ -425,13 +505,15 @@ def build_edit_image(
     submission: Submission,
     *,
     ca_bundle: Path | None = HOST_CA_BUNDLE,
+    find_links: Path | None = None,
     rebuild: bool = False,
     log: _LOG = _quiet,
 ) -> BuiltImage:
-    """The edit-stage image of ``submission``: the runner image + /submission + its pip ``requirements``.
+    """The edit-stage image of ``submission``: the runner image without the benchmark's texts
+    (:mod:`runner.edit_base`) + /submission + its ``requirements``, installed from wheels.
 
-    Cached by the submission's sha256 and the runner image's id. The build has the network (to install the
-    requirements); the container that runs the editor never has (runner/sandbox.py).
+    Cached by the submission's sha256 and the runner image's id. The wheels are fetched first
+    (:func:`fetch_wheels`); the build itself has no network, and installs them as the non-root user.
     """
     started = time.monotonic()
     runner_id = image_id(client, runner_image)
@@ -441,28 +523,37 @@ def build_edit_image(
         return BuiltImage(tag, str(image.id), False, time.monotonic() - started, dict(image.labels or {}))
     manifest = submission.manifest
     requirements = [str(item) for item in manifest.get("requirements") or []]
-    has_ca = bool(requirements) and ca_bundle is not None and ca_bundle.is_file()
     root = Path(submission.root)
     files = [
         (f"submission/{path.relative_to(root).as_posix()}", path)
         for path in sorted(root.rglob("*"))
         if not path.is_symlink() and (path.is_file() or path.is_dir())
     ]
-    generated = {"Dockerfile": _edit_dockerfile(runner_image, bool(requirements), has_ca).encode()}
-    if requirements:
-        generated["build/requirements.txt"] = ("\n".join(requirements) + "\n").encode()
-    if has_ca and ca_bundle is not None:
-        files.append(("build/ca-certificates.crt", ca_bundle))
+    generated = {"Dockerfile": _edit_dockerfile(runner_image, bool(requirements)).encode()}
     labels = {
         "org.knowgic.submission.sha256": submission.sha256,
         "org.knowgic.submission.name": str(manifest.get("name", "")),
         "org.knowgic.submission.version": str(manifest.get("version", "")),
         "org.knowgic.runner-image": runner_id,
     }
-    log(f"building the edit image {tag} ({len(requirements)} requirement(s))")
-    with tempfile.TemporaryFile(prefix="knowgic-edit-context-") as context:
-        _context_archive(files, generated, context)
-        _stream_build(client, context, tag=tag, buildargs={}, labels=labels, log=log)
+    with tempfile.TemporaryDirectory(prefix="knowgic-wheelhouse-") as scratch:
+        if requirements:
+            fetch_wheels(
+                client,
+                runner_image,
+                requirements,
+                Path(scratch),
+                ca_bundle=ca_bundle,
+                find_links=find_links,
+                log=log,
+            )
+            wheels = Path(scratch) / "out" / "wheels"
+            files += [(f"wheels/wheels/{path.name}", path) for path in sorted(wheels.glob("*.whl"))]
+            generated["wheels/requirements.txt"] = ("\n".join(requirements) + "\n").encode()
+        log(f"building the edit image {tag} ({len(requirements)} requirement(s), no network)")
+        with tempfile.TemporaryFile(prefix="knowgic-edit-context-") as context:
+            _context_archive(files, generated, context)
+            _stream_build(client, context, tag=tag, buildargs={}, labels=labels, log=log, network_mode="none")
     image = client.images.get(tag)
     return BuiltImage(tag, str(image.id), True, time.monotonic() - started, dict(image.labels or {}))
 

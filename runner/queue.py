@@ -28,6 +28,7 @@ import datetime as _dt
 import hashlib
 import json
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -194,6 +195,7 @@ class JobQueue:
 
     def __init__(self, url: str, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         self.url = url
+        self.queue_id = ""  # a random id made with the tables: labels what this queue's workers leave
         self.max_attempts = max_attempts
         self.engine = _engine_for(url)
         self._migrate()
@@ -232,6 +234,14 @@ class JobQueue:
                             f"queue database {self!r} has schema version {row.value}; this knowgic uses "
                             f"{QUEUE_SCHEMA_VERSION}: use a new database or a matching knowgic"
                         )
+                    found = connection.execute(
+                        sa.select(_meta.c.value).where(_meta.c.key == "queue_id")
+                    ).first()
+                    if found is None:
+                        self.queue_id = uuid.uuid4().hex
+                        connection.execute(sa.insert(_meta).values(key="queue_id", value=self.queue_id))
+                    else:
+                        self.queue_id = str(found.value)
                 return
             except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
                 # Two processes created the tables at once (PostgreSQL): the second one retries and finds them.
@@ -472,6 +482,21 @@ class JobQueue:
             )
             if result.rowcount != 1:
                 self._owned(connection, job_id, worker_id)  # raises with what happened
+
+    def running_on(self, job_id: str, worker_id: str, grace_seconds: float) -> bool:
+        """Whether ``worker_id`` runs the job and sent a heartbeat within ``grace_seconds``: what it left on
+        a host (containers, a job folder) is its own; anything else a dead worker's, to be reaped."""
+        with self._transaction() as connection:
+            row = connection.execute(
+                sa.select(_jobs.c.state, _jobs.c.worker, _jobs.c.heartbeat_at).where(_jobs.c.job_id == job_id)
+            ).first()
+        return (
+            row is not None
+            and row.state == str(JobState.RUNNING)
+            and row.worker == worker_id
+            and row.heartbeat_at is not None
+            and row.heartbeat_at >= time.time() - grace_seconds
+        )
 
     def finish(self, job_id: str, worker_id: str, results_sha256: str) -> Job:
         with self._transaction() as connection:

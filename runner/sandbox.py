@@ -229,12 +229,15 @@ def run_sandboxed(
     name: str | None = None,
     on_output: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
+    network: bool = False,
 ) -> SandboxResult:
     """Run ``command`` in ``image`` under the sandbox described in the module docstring; never raises for
     what the command does (the result says how it ended), only when the engine refuses to start it.
 
     ``user`` defaults to the image's non-root user (uid 10001); a root caller's writable mounts are handed
-    to that user for the run. ``cancel``, when set by another thread, kills the container.
+    to that user for the run. ``cancel``, when set by another thread, kills the container. ``network``
+    gives the container the engine's default network: only for trusted commands of the project's image
+    (fetching wheels), never for a stage that runs submitted code.
     """
     docker = _docker()
     limits = limits or SandboxLimits()
@@ -272,7 +275,7 @@ def run_sandboxed(
         environment=env,
         labels=dict(labels or {}),
         mounts=docker_mounts,
-        network_mode="none",
+        network_mode="bridge" if network else "none",
         read_only=True,
         tmpfs={SCRATCH_DIR: f"rw,nosuid,nodev,size={limits.tmpfs_bytes}"},
         cap_drop=["ALL"],

@@ -1,8 +1,12 @@
-"""The runner's two stages: the untrusted edit stage and the trusted score stage (issue: submitted code never
-touches the scores).
+"""The runner's stages: the untrusted edit stage between two trusted ones (submitted code never touches the
+scores, and never sees the test set).
 
-- **Edit stage** (:func:`run_edit_stage`, in the submission's container): loads the model, imports the
-  submission's editor, applies the benchmark's edits in the harness's order (one distinct edit request at
+- **Prepare stage** (:func:`run_prepare_stage`, the project's image only): reads the dataset and writes
+  what an editing method is entitled to, ``requests.json`` (:class:`runner.job.EditRequests`: the distinct
+  edit requests in order, and the mode that groups them), plus the key statistics its hparams name
+  (:func:`key_statistics`), which the edit stage cannot compute because it holds no benchmark text.
+- **Edit stage** (:func:`run_edit_stage`, in the submission's container, an image without the dataset):
+  loads the model, imports the submission's editor, applies the requested edits in order (one distinct edit request at
   a time in ``independent`` mode, restoring after each; all of them in ``sequential`` mode) and writes what
   each changed as a delta (:mod:`runner.deltas`). It computes no score. Adapter editors (peft LoRA) are
   taken as the merged weights W + s B A of the layers they adapt (:func:`runner.deltas.folded_adapters`);
@@ -19,8 +23,14 @@ the score stage consumes deltas in plan order and deletes each once scored.
 
 Command line (run by the containers)::
 
-    python -m runner.stages edit  --job JOB.json --submission DIR --out DELTAS_DIR [--quota 2G]
+    python -m runner.stages prepare --job JOB.json --out JOB_DIR [--stats STATS_DIR]
+    python -m runner.stages edit  --job JOB.json --requests REQUESTS.json --submission DIR --out DELTAS_DIR [--quota 2G]
     python -m runner.stages score --job JOB.json --deltas DELTAS_DIR --out RESULTS_DIR [--timeout 3600]
+                                  [--private-dataset DIR]
+
+With ``--private-dataset`` (a private split, :mod:`knowgic.dataset.private`, mounted into the score stage
+only) the score stage also scores the split's chains of the job's edits, into ``results.json``'s
+``private`` object beside the public figures.
 """
 
 from __future__ import annotations
@@ -28,27 +38,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import jsonschema
 import torch
 
-from knowgic.argtypes import positive_seconds
+from knowgic.argtypes import parse_size, positive_seconds
 from knowgic.editors.base import EditHandle, Editor
 from knowgic.errors import KnowgicError
 from knowgic.records import EditRequest
+from knowgic.scoring.logprob import check_prefix_fits
 from runner.deltas import (
-    DONE_MARKER,
-    FAILED_MARKER,
     SEQUENTIAL_KEY,
     Delta,
     DeltaEdit,
@@ -60,8 +67,8 @@ from runner.deltas import (
     folded_adapters,
     independent_key,
     model_spec,
-    one_line,
 )
+from runner.job import DONE_MARKER, FAILED_MARKER, REQUESTS_FILE, EditRequests, JobSpec, one_line
 
 DEFAULT_QUOTA_BYTES = 2 << 30
 DEFAULT_TIMEOUT_SECONDS = 3600.0
@@ -70,114 +77,149 @@ REPLAY_EDITOR = "runner.stages:ReplayEditor"
 if TYPE_CHECKING:
     from knowgic.models.base import LoadedModel
 
-JOB_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "Runner job: what both stages run",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["model", "editor"],
-    "properties": {
-        "model": {"type": "string", "minLength": 1},
-        "editor": {"type": "string", "minLength": 1, "description": "module:Class, or a built-in name"},
-        "hparams": {"type": "object"},
-        "protocol": {"type": "string", "minLength": 1},
-        "protocol_params": {"type": "object"},
-        "mode": {"type": "string", "minLength": 1},
-        "dataset_version": {"type": ["string", "null"]},
-        "limit": {"type": ["integer", "null"], "minimum": 1},
-        "seed": {"type": "integer"},
-        "dtype": {"type": "string"},
-        "device": {"type": "string", "minLength": 1},
-        "submission_name": {"type": "string"},
-        "submission_version": {"type": "string"},
-        "submission_sha256": {"type": "string", "pattern": "^([0-9a-f]{64})?$"},
-    },
-}
 
-
-def _default_protocol() -> str:
+def resolved(spec: JobSpec) -> JobSpec:
+    """``spec`` with the benchmark's default protocol and mode filled in where it names none."""
+    if spec.protocol is not None and spec.mode is not None:
+        return spec
     from knowgic.evaluation.spec import load_evaluation_spec
 
-    return load_evaluation_spec().default_protocol
+    bench = load_evaluation_spec()
+    return replace(
+        spec, protocol=spec.protocol or bench.default_protocol, mode=spec.mode or bench.default_mode
+    )
 
 
-def _default_mode() -> str:
-    from knowgic.evaluation.spec import load_evaluation_spec
+def evaluation_request(spec: JobSpec, editor: str | None = None) -> Any:
+    """The :class:`EvaluationRequest` of a job (``editor`` replaces the job's entry point)."""
+    from knowgic.evaluation.evaluate import EvaluationRequest
 
-    return load_evaluation_spec().default_mode
+    spec = resolved(spec)
+    return EvaluationRequest(
+        model=spec.model,
+        editor=editor or spec.editor,
+        protocol=str(spec.protocol),
+        protocol_overrides=dict(spec.protocol_params),
+        mode=str(spec.mode),
+        dataset_version=spec.dataset_version,
+        limit=spec.limit,
+        seed=spec.seed,
+        dtype=spec.dtype,
+        device=spec.device,
+        use_cache=False,  # the score stage trusts no file it did not compute in this run
+    )
+
+
+# ------------------------------------------------------------------------------------------------------
+# Prepare stage (trusted): what the edit stage may know
+# ------------------------------------------------------------------------------------------------------
+
+
+def edit_requests(spec: JobSpec) -> EditRequests:
+    """The job's distinct edit requests in plan order, from the dataset (trusted side only)."""
+    from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
+    from knowgic.evaluation.plan import build_plan
+
+    spec = resolved(spec)
+    ref = dataset_ref(spec.dataset_version, config="chains")
+    plan = build_plan(load_cases(ref.version), load_aliases(ref.version), limit=spec.limit)
+    return EditRequests.of(str(spec.mode), ref.version, [edit.request for edit in plan.edits])
 
 
 @dataclass(frozen=True)
-class JobSpec:
-    """One job as both stages see it (``JOB.json``): what ``knowgic evaluate`` takes, plus the submission.
+class KeyStatistics:
+    """The second moments a job's hparams name (the ROME/MEMIT/AlphaEdit conventions): C = E[k kᵀ] at the
+    MLP output projection of each of ``layers``, over ``sample_count`` documents of ``corpus``."""
 
-    ``editor`` is the submission's entry point ``module:Class`` (or a built-in name); ``hparams`` are the
-    hyper-parameters for ``model``, already read from the manifest.
-    """
+    layers: tuple[int, ...]
+    corpus: str
+    sample_count: int
+    dtype: str
+    batch_tokens: int
 
-    model: str
-    editor: str
-    hparams: dict[str, Any] = field(default_factory=dict)
-    protocol: str = field(default_factory=_default_protocol)
-    protocol_params: dict[str, Any] = field(default_factory=dict)
-    mode: str = field(default_factory=_default_mode)
-    dataset_version: str | None = None
-    limit: int | None = None
-    seed: int = 0
-    dtype: str = "float32"
-    device: str = "auto"
-    submission_name: str = ""
-    submission_version: str = ""
-    submission_sha256: str = ""
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True, ensure_ascii=False)
+def key_statistics(hparams: dict[str, Any]) -> KeyStatistics | None:
+    """What :func:`run_prepare_stage` computes for ``hparams``: None unless they name ``layers`` and a
+    ``mom2_*`` setting with ``mom2_adjustment`` left on; missing settings take ROME's defaults."""
+    from knowgic.editors.rome.hparams import ROMEHyperParams
 
-    @classmethod
-    def from_json(cls, text: str, where: str = "job") -> JobSpec:
-        """Parse and validate a job document; raise one line naming the problem and ``where``."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise KnowgicError(f"{where} is not valid JSON: {exc}") from None
-        errors = sorted(
-            jsonschema.Draft202012Validator(JOB_SCHEMA).iter_errors(data), key=lambda e: list(e.absolute_path)
+    layers = hparams.get("layers")
+    named = any(key.startswith("mom2_") for key in hparams)
+    if not named or hparams.get("mom2_adjustment", True) is False or not isinstance(layers, list):
+        return None
+    if not layers or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers):
+        return None
+    defaults = {f.name: f.default for f in fields(ROMEHyperParams)}
+
+    def value(name: str, kind: type) -> Any:
+        found = hparams.get(name, defaults[name])
+        if not isinstance(found, kind) or isinstance(found, bool):
+            raise KnowgicError(f"hparams {name}: expected {kind.__name__}, got {found!r}")
+        return found
+
+    return KeyStatistics(
+        layers=tuple(layers),
+        corpus=value("mom2_dataset", str),
+        sample_count=value("mom2_n_samples", int),
+        dtype=value("mom2_dtype", str),
+        batch_tokens=value("mom2_batch_tokens", int),
+    )
+
+
+def run_prepare_stage(
+    spec: JobSpec,
+    job_dir: str | Path,
+    stats_dir: str | Path | None = None,
+    *,
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
+    loaded: LoadedModel | None = None,
+) -> EditRequests:
+    """Write ``requests.json`` (the job's edit requests) into ``job_dir``, and into ``stats_dir`` the key
+    statistics the hparams name (:func:`key_statistics`), unless already there. No submitted code runs
+    here: the stage reads the dataset, which the edit stage never sees."""
+    from knowgic.evaluation.evaluate import check_request
+
+    spec = resolved(spec)
+    check_request(evaluation_request(spec, editor=REPLAY_EDITOR))  # mode, protocol, dataset version
+    requests = edit_requests(spec)
+    needed = key_statistics(spec.hparams)
+    if needed is not None and stats_dir is not None:
+        from knowgic.editors.arch import arch_for
+        from knowgic.editors.layer_stats import model_identity, model_revision, second_moments
+        from knowgic.editors.rome.weights import resolve_layers
+        from knowgic.models.loading import load_model
+
+        if loaded is None:
+            loaded = load_model(spec.model, dtype=spec.dtype, device=spec.device, progress=progress)
+        model = loaded.model
+        modules = [
+            arch_for(model).mlp_out.format(layer) for layer in resolve_layers(model, needed.layers, "job")
+        ]
+        started = time.perf_counter()
+        second_moments(
+            model,
+            loaded.tokenizer,
+            modules,
+            model_id=model_identity(model),
+            model_revision=model_revision(model),
+            corpus=needed.corpus,
+            sample_count=needed.sample_count,
+            dtype=needed.dtype,
+            batch_tokens=needed.batch_tokens,
+            progress=progress,
+            root=Path(stats_dir),
         )
-        if errors:
-            first = errors[0]
-            pointer = "/" + "/".join(str(p) for p in first.absolute_path)
-            raise KnowgicError(f"{where} at {pointer}: {one_line(first.message, 300)}")
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    @classmethod
-    def read(cls, path: str | Path) -> JobSpec:
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise KnowgicError(f"job file {path} does not exist") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise KnowgicError(f"cannot read job file {path}: {exc}") from None
-        return cls.from_json(text, where=f"job file {path}")
-
-    def request(self, editor: str | None = None) -> Any:
-        """The :class:`EvaluationRequest` of this job (``editor`` replaces the job's entry point)."""
-        from knowgic.evaluation.evaluate import EvaluationRequest
-
-        return EvaluationRequest(
-            model=self.model,
-            editor=editor or self.editor,
-            protocol=self.protocol,
-            protocol_overrides=dict(self.protocol_params),
-            mode=self.mode,
-            dataset_version=self.dataset_version,
-            limit=self.limit,
-            seed=self.seed,
-            dtype=self.dtype,
-            device=self.device,
-            use_cache=False,  # the score stage trusts no file it did not compute in this run
-        )
+        if log is not None:
+            log(
+                f"prepare stage: key statistics of {', '.join(modules)} ({needed.corpus}, "
+                f"{needed.sample_count} documents) ready in {time.perf_counter() - started:.1f} s"
+            )
+    path = requests.write(Path(job_dir) / REQUESTS_FILE)
+    path.chmod(0o644)
+    if log is not None:
+        log(f"prepare stage: {len(requests.edits)} edit requests written")
+    return requests
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -220,16 +262,18 @@ def _prepare_deltas_dir(deltas_dir: Path) -> None:
         )
 
 
-def _apply_edit(editor: Editor, model: torch.nn.Module, tokenizer: Any, edit: Any) -> EditHandle:
-    """``editor.apply`` on one plan edit, with the harness's one-line errors."""
+def _apply_edit(
+    editor: Editor, model: torch.nn.Module, tokenizer: Any, edit_id: str, request: EditRequest
+) -> EditHandle:
+    """``editor.apply`` on one edit request, with the harness's one-line errors."""
     try:
-        handle = editor.apply(model, tokenizer, [edit.request])
+        handle = editor.apply(model, tokenizer, [request])
     except KnowgicError:
         raise
     except Exception as exc:
         raise KnowgicError(
-            f"editor {editor.name!r} failed on edit {edit.edit_id} "
-            f"({edit.request.rewrite_text!r} -> {edit.request.target_new!r}): {type(exc).__name__}: {exc}"
+            f"editor {editor.name!r} failed on edit {edit_id} "
+            f"({request.rewrite_text!r} -> {request.target_new!r}): {type(exc).__name__}: {exc}"
         ) from exc
     if not isinstance(handle, EditHandle):
         raise KnowgicError(
@@ -240,6 +284,7 @@ def _apply_edit(editor: Editor, model: torch.nn.Module, tokenizer: Any, edit: An
 
 def run_edit_stage(
     spec: JobSpec,
+    requests: EditRequests,
     submission_dir: str | Path | None,
     deltas_dir: str | Path,
     quota_bytes: int = DEFAULT_QUOTA_BYTES,
@@ -250,9 +295,10 @@ def run_edit_stage(
     poll_seconds: float = 0.05,
     wait_timeout: float | None = None,
 ) -> EditStageSummary:
-    """Apply the job's edits with the submission's editor and write one delta per edit (or one cumulative
-    delta in sequential mode) into ``deltas_dir``, then ``done``; on any error write ``failed`` with the
-    reason and raise it. ``loaded`` reuses an already loaded model (tests); it is left as it was found."""
+    """Apply ``requests`` (written by the prepare stage) with the submission's editor and write one delta
+    per edit (or one cumulative delta in sequential mode) into ``deltas_dir``, then ``done``; on any error
+    write ``failed`` with the reason and raise it. Nothing of the dataset is read here. ``loaded`` reuses an
+    already loaded model (tests); it is left as it was found."""
     deltas_dir = Path(deltas_dir)
     _prepare_deltas_dir(deltas_dir)
     writer = DeltaWriter(
@@ -268,7 +314,7 @@ def run_edit_stage(
     )
     try:
         with _importable(Path(submission_dir) if submission_dir is not None else None):
-            summary = _edit_stage(spec, writer, progress=progress, log=log, loaded=loaded)
+            summary = _edit_stage(spec, requests, writer, progress=progress, log=log, loaded=loaded)
     except BaseException as exc:
         if isinstance(exc, KnowgicError):
             reason = str(exc)
@@ -283,8 +329,37 @@ def run_edit_stage(
     return summary
 
 
+def _check_edit_job(spec: JobSpec, requests: EditRequests) -> type[Editor]:
+    """What the edit stage can check without the dataset: mode, dtype, the requests, the editor's import."""
+    from knowgic.editors.registry import resolve_editor
+    from knowgic.evaluation.evaluate import DTYPES
+    from knowgic.evaluation.harness import MODES
+
+    if spec.mode not in MODES:
+        raise KnowgicError(f"unknown mode {spec.mode!r}; known: {', '.join(MODES)}")
+    if requests.mode != spec.mode:
+        raise KnowgicError(f"the edit requests are for mode {requests.mode!r}, the job's is {spec.mode!r}")
+    if spec.dtype not in DTYPES:
+        raise KnowgicError(f"unknown dtype {spec.dtype!r}; known: {', '.join(DTYPES)}")
+    return resolve_editor(spec.editor)
+
+
+def _plan_requests(requests: EditRequests) -> list[tuple[str, EditRequest]]:
+    """(edit id, request) in order; an id that is not its request's is refused."""
+    out = []
+    for edit in requests.edits:
+        request = EditRequest(edit.prompt, edit.subject, edit.target_true, edit.target_new)
+        if request.edit_id != edit.edit_id:
+            raise KnowgicError(
+                f"edit request {edit.position} has id {edit.edit_id}, its content's id is {request.edit_id}"
+            )
+        out.append((edit.edit_id, request))
+    return out
+
+
 def _edit_stage(
     spec: JobSpec,
+    requests: EditRequests,
     writer: DeltaWriter,
     *,
     progress: bool,
@@ -293,22 +368,19 @@ def _edit_stage(
 ) -> EditStageSummary:
     from tqdm.auto import tqdm
 
-    from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
     from knowgic.editors.hparams import validate_hparams
-    from knowgic.evaluation.evaluate import check_request, editor_method_name
+    from knowgic.evaluation.evaluate import editor_method_name
     from knowgic.evaluation.fingerprint import assert_restored, fingerprint
-    from knowgic.evaluation.plan import build_plan
     from knowgic.models.loading import load_model
     from knowgic.models.threads import cpu_threads
 
     started = time.perf_counter()
-    request = spec.request()
-    editor_cls = check_request(request)  # mode, dtype, limit, protocol, dataset version, editor import
+    spec = resolved(spec)
+    editor_cls = _check_edit_job(spec, requests)
     validate_hparams(
         spec.hparams, editor_method_name(spec.editor, editor_cls), "of the job", editor_cls.hparams_schema
     )
-    ref = dataset_ref(spec.dataset_version, config="chains")
-    plan = build_plan(load_cases(ref.version), load_aliases(ref.version), limit=spec.limit)
+    edits = _plan_requests(requests)
     if loaded is None:
         loaded = load_model(spec.model, dtype=spec.dtype, device=spec.device, progress=progress)
     try:
@@ -326,14 +398,12 @@ def _edit_stage(
         # As evaluate(): one seed before the edits, the edits in plan order.
         torch.manual_seed(spec.seed)
         pristine = fingerprint(model)
-        bar = tqdm(
-            plan.edits, desc=f"{editor.name} ({spec.mode}, edit stage)", unit="edit", disable=not progress
-        )
+        bar = tqdm(edits, desc=f"{editor.name} ({spec.mode}, edit stage)", unit="edit", disable=not progress)
         if spec.mode == "independent":
-            for index, edit in enumerate(bar):
+            for index, (edit_id, edit) in enumerate(bar):
                 editor.reset()
                 start = time.perf_counter()
-                handle = _apply_edit(editor, model, tokenizer, edit)
+                handle = _apply_edit(editor, model, tokenizer, edit_id, edit)
                 applied = time.perf_counter() - start
                 try:
                     with folded_adapters(model) as merged:
@@ -344,26 +414,26 @@ def _edit_stage(
                     applied += time.perf_counter() - restore_start
                 assert_restored(model, pristine, editor.name)
                 edit_seconds += applied
-                delta_edit = DeltaEdit(edit.edit_id, handle.prompt_prefix, dict(handle.info), applied)
-                writer.write(independent_key(index, edit.edit_id), spec.mode, [delta_edit], tensors, merged)
+                delta_edit = DeltaEdit(edit_id, handle.prompt_prefix, dict(handle.info), applied)
+                writer.write(independent_key(index, edit_id), spec.mode, [delta_edit], tensors, merged)
                 if log is not None:
-                    log(f"edit stage: edit {index + 1}/{len(plan.edits)} ({edit.edit_id}) written")
+                    log(f"edit stage: edit {index + 1}/{len(edits)} ({edit_id}) written")
             editor.reset()
         else:
             editor.reset()
             handles: list[EditHandle] = []
             delta_edits: list[DeltaEdit] = []
             try:
-                for index, edit in enumerate(bar):
+                for index, (edit_id, edit) in enumerate(bar):
                     start = time.perf_counter()
-                    handles.append(_apply_edit(editor, model, tokenizer, edit))
+                    handles.append(_apply_edit(editor, model, tokenizer, edit_id, edit))
                     seconds = time.perf_counter() - start
                     edit_seconds += seconds
                     delta_edits.append(
-                        DeltaEdit(edit.edit_id, handles[-1].prompt_prefix, dict(handles[-1].info), seconds)
+                        DeltaEdit(edit_id, handles[-1].prompt_prefix, dict(handles[-1].info), seconds)
                     )
                     if log is not None:
-                        log(f"edit stage: edit {index + 1}/{len(plan.edits)} ({edit.edit_id}) applied")
+                        log(f"edit stage: edit {index + 1}/{len(edits)} ({edit_id}) applied")
                 with folded_adapters(model) as merged:
                     tensors = changed_tensors(model, pristine)
             finally:
@@ -396,6 +466,10 @@ class ReplayEditor(Editor):
     values back and deletes the delta. Sequential mode: the first ``apply`` loads the cumulative delta and
     applies it (the harness scores only after the last edit, so where the tensors go in is immaterial); each
     ``apply`` checks that the delta lists its edit id at its position and returns that edit's prefix.
+
+    A prefix is bounded here by the model's context, in tokens (the sequential run's prefixes joined, as
+    the harness scores them), before anything is scored with it: the limit is the model's, never a number
+    the edit stage chose.
     """
 
     name: ClassVar[str] = "replay"
@@ -416,6 +490,12 @@ class ReplayEditor(Editor):
             key = independent_key(index, edit_id)
             self.reader.wait_for(key)
             delta = self.reader.read(key, self.mode, expected_ids=[edit_id])
+            check_prefix_fits(
+                model,
+                tokenizer,
+                delta.edits[0].prompt_prefix,
+                f"edit {index + 1} ({edit_id}): in-context prefix",
+            )
             restore = apply_tensors(model, delta.tensors)
             delta.tensors = {}  # the model holds them now; the saved values are in ``restore``
 
@@ -431,6 +511,8 @@ class ReplayEditor(Editor):
         if index == 0:
             self.reader.wait_for(SEQUENTIAL_KEY)
             self._sequential = self.reader.read(SEQUENTIAL_KEY, self.mode, expected_ids=None)
+            joined = "".join(entry.prompt_prefix for entry in self._sequential.edits)
+            check_prefix_fits(model, tokenizer, joined, "the sequential edits' in-context prefix")
         delta = self._sequential
         if delta is None or index >= len(delta.edits) or delta.edits[index].edit_id != edit_id:
             claimed = (
@@ -479,13 +561,15 @@ def run_score_stage(
     loaded: LoadedModel | None = None,
     plots: bool = True,
     overwrite: bool = False,
+    private_dataset: str | Path | None = None,
 ) -> Path:
     """Score the edit stage's deltas on the pristine model and write ``results.json`` into ``out_dir``.
 
     Returns the path of results.json. Raises :class:`DeltaError` (the job's reason) when a delta is invalid,
     the edit stage failed or wrote nothing in ``timeout_seconds``. ``loaded`` reuses an already loaded
     model (tests); it is left as it was found. A run already in ``out_dir`` is refused before any work
-    unless ``overwrite``.
+    unless ``overwrite``. ``private_dataset``: a private split folder, checked before the model loads and
+    scored beside the public chains.
     """
     from knowgic.editors.hparams import hparams_sha256
     from knowgic.evaluation.evaluate import evaluate
@@ -498,10 +582,19 @@ def run_score_stage(
         raise KnowgicError(f"deltas folder {deltas_dir} does not exist")
     check_writable(out_dir)
     check_no_run(out_dir, overwrite)
-    request = spec.request(editor=REPLAY_EDITOR)
+    spec = resolved(spec)
+    request = evaluation_request(spec, editor=REPLAY_EDITOR)
     from knowgic.evaluation.evaluate import check_request
 
     check_request(request)  # bad job arguments fail before the model loads
+    private = None
+    if private_dataset is not None:
+        from knowgic.dataset.loading import dataset_ref, load_cases
+        from knowgic.dataset.private import read_private_split
+
+        private = read_private_split(private_dataset)
+        public = dataset_ref(spec.dataset_version)
+        private.check_edits(load_cases(public.version), public.version)
     if loaded is None:
         loaded = load_model(spec.model, dtype=spec.dtype, device=spec.device, progress=progress)
     reader = DeltaReader(
@@ -511,8 +604,8 @@ def run_score_stage(
         poll_seconds=poll_seconds,
         max_tensor_bytes=max_delta_bytes,
     )
-    replay = ReplayEditor(reader, spec.mode)
-    run = evaluate(request, progress=progress, loaded=loaded, log=log, editor=replay)
+    replay = ReplayEditor(reader, str(spec.mode))
+    run = evaluate(request, progress=progress, loaded=loaded, log=log, editor=replay, private=private)
     replay.check_complete()
     reader.wait_done()
 
@@ -529,7 +622,7 @@ def run_score_stage(
     )
     # A replayed edit's seconds would be the copy of its tensors, not the editor's work, which no trusted
     # code observes per edit: left unknown rather than reported as something else.
-    for record in document["per_edit"]:
+    for record in [*document["per_edit"], *document.get("private", {}).get("per_edit", [])]:
         record["seconds"] = None
     document["submission"] = {
         "name": spec.submission_name or spec.editor,
@@ -568,20 +661,6 @@ def run_score_stage(
 # Command line
 # ------------------------------------------------------------------------------------------------------
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int:
-    """``"512M"``, ``"2G"``, ``"1048576"`` -> bytes (binary units)."""
-    match = _SIZE.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (examples: 1048576, 512M, 2G)")
-    number, unit = float(match.group(1)), match.group(2).lower()
-    value = int(number * (1 << (10 * " kmgt".index(unit or " "))))
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
-    return value
-
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # usage errors: one line, exit 2
@@ -592,14 +671,22 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m runner.stages",
-        description="The runner's two stages: 'edit' runs a submission's editor and writes what each edit "
+        description="The runner's stages: 'prepare' (trusted) writes the edit requests and the key "
+        "statistics the edit stage may read; 'edit' runs a submission's editor and writes what each edit "
         "changed; 'score' (trusted, no submission code) applies those deltas to the pristine model and "
         "writes results.json.",
     )
     sub = parser.add_subparsers(dest="stage", metavar="STAGE", parser_class=_Parser)
     sub.required = True
+    prepare = sub.add_parser(
+        "prepare", help="write requests.json and the key statistics for the edit stage (trusted)"
+    )
+    prepare.add_argument("--job", required=True, help="JOB.json (runner.job.JobSpec)")
+    prepare.add_argument("--out", required=True, help="folder that receives requests.json")
+    prepare.add_argument("--stats", default=None, help="folder of key statistics (computed when missing)")
     edit = sub.add_parser("edit", help="run the submission's editor; write deltas (untrusted stage)")
-    edit.add_argument("--job", required=True, help="JOB.json (runner.stages.JobSpec)")
+    edit.add_argument("--job", required=True, help="JOB.json (runner.job.JobSpec)")
+    edit.add_argument("--requests", required=True, help="requests.json of the prepare stage")
     edit.add_argument("--submission", default=None, help="the submission's folder (put first on sys.path)")
     edit.add_argument("--out", required=True, help="deltas folder (created when missing)")
     edit.add_argument(
@@ -611,7 +698,7 @@ def build_parser() -> argparse.ArgumentParser:
     score = sub.add_parser(
         "score", help="score the deltas on the pristine model; write results.json (trusted)"
     )
-    score.add_argument("--job", required=True, help="JOB.json (runner.stages.JobSpec)")
+    score.add_argument("--job", required=True, help="JOB.json (runner.job.JobSpec)")
     score.add_argument("--deltas", required=True, help="the edit stage's deltas folder")
     score.add_argument("--out", required=True, help="output folder for results.json and plots")
     score.add_argument(
@@ -619,6 +706,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_seconds,
         default=DEFAULT_TIMEOUT_SECONDS,
         help="seconds to wait for each delta of the edit stage (default 3600)",
+    )
+    score.add_argument(
+        "--private-dataset",
+        default=None,
+        metavar="DIR",
+        help="a private split (dataset folder, same schemas) to score beside the public chains",
     )
     score.add_argument("--no-plots", action="store_true", help="write results.json only")
     score.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
@@ -648,16 +741,21 @@ def _run_stage(args: argparse.Namespace) -> int:
     interactive = sys.stderr.isatty()
     log = None if interactive else _stderr_log
     try:
-        if args.stage == "edit":
+        if args.stage == "prepare":
+            spec = JobSpec.read(args.job)
+            requests = run_prepare_stage(spec, args.out, args.stats, progress=interactive, log=log)
+            print(f"{len(requests.edits)} edit requests")
+        elif args.stage == "edit":
             try:
                 spec = JobSpec.read(args.job)
+                requests = EditRequests.read(args.requests)
                 if args.submission is not None and not Path(args.submission).is_dir():
                     raise KnowgicError(f"submission folder {args.submission} does not exist")
             except KnowgicError as exc:  # the score stage, waiting on the folder, must learn it too
                 _mark_failed(Path(args.out), str(exc))
                 raise
             summary = run_edit_stage(
-                spec, args.submission, args.out, args.quota, progress=interactive, log=log
+                spec, requests, args.submission, args.out, args.quota, progress=interactive, log=log
             )
             print(json.dumps(asdict(summary)))
         else:
@@ -671,6 +769,7 @@ def _run_stage(args: argparse.Namespace) -> int:
                 log=log,
                 plots=not args.no_plots,
                 overwrite=args.overwrite,
+                private_dataset=args.private_dataset,
             )
             print(path)
     except KnowgicError as exc:

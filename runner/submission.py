@@ -498,13 +498,12 @@ def _check_editor_module(manifest: dict[str, Any], root: Path, shown: str) -> No
             or (base.joinpath(*parts) / "__init__.py").is_file()
         ):
             return
-    if any((root / f).is_file() for f in ("pyproject.toml", "setup.py", "setup.cfg")) or manifest.get(
-        "requirements"
-    ):
-        return  # installed when the edit image is built; a missing module then fails that build
+    if manifest.get("requirements"):
+        return  # a requirement may provide it (a wheel from the index); a missing module then fails the job
     raise SubmissionError(
         f"{shown} field editor: module {module!r} is not in the submission (looked for "
-        f"{'/'.join(parts)}.py and {'/'.join(parts)}/__init__.py, also under src/)"
+        f"{'/'.join(parts)}.py and {'/'.join(parts)}/__init__.py, also under src/; the submission itself "
+        "is never built or installed, it is put on the path as it is)"
     )
 
 
@@ -523,7 +522,9 @@ def _check_models(manifest: dict[str, Any], shown: str) -> None:
 
 
 def _check_requirements(manifest: dict[str, Any], shown: str) -> None:
-    """Each requirement is one PEP 508 specifier: no pip options (``-r``, ``--index-url``, ``-e``)."""
+    """Each requirement is one PEP 508 specifier of a package on the index: no pip options (``-r``,
+    ``--index-url``, ``-e``), no direct reference (``name @ URL``: a file, a folder, an archive, a VCS
+    checkout), whose build would run the submission's code; the runner installs wheels from the index only."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     for index, text in enumerate(manifest.get("requirements") or []):
@@ -531,10 +532,18 @@ def _check_requirements(manifest: dict[str, Any], shown: str) -> None:
         if text.lstrip().startswith("-"):
             raise SubmissionError(f"{where}: {text!r} is a pip option; list package requirements only")
         try:
-            Requirement(text)
+            requirement = Requirement(text)
         except InvalidRequirement as exc:
             reason = " ".join(str(exc).split())
-            raise SubmissionError(f"{where}: {text!r} is not a requirement specifier ({reason})") from None
+            raise SubmissionError(
+                f"{where}: {text!r} is not a requirement specifier ({reason}); local paths and VCS URLs "
+                "are not accepted"
+            ) from None
+        if requirement.url:
+            raise SubmissionError(
+                f"{where}: {text!r} is a direct reference (name @ URL); the runner installs wheels from the "
+                "package index only: name a released package, or put the code into the submission"
+            )
 
 
 def _check_manifest(manifest: dict[str, Any], root: Path, shown: str) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """The worker: claims jobs, has an executor run them, checks and stores what comes back.
 
-The worker is trusted host code; the executor is what runs the submission (by default
-:class:`runner.containers.ContainerExecutor`: the edit stage in a sandboxed container with the
-submission's code, the score stage in the project's own image). Submitted code never runs in this
-process: there is deliberately no executor that imports a submission here.
+The worker is trusted host code, and light: it imports no torch and no executor. The command line hands it
+the executor that runs the submission (:class:`runner.containers.ContainerExecutor`: the prepare and
+score stages in the project's own image, the edit stage in a sandboxed container with the submission's
+code); the contract between them is :mod:`runner.job`. Submitted code never runs in this process: there
+is deliberately no executor that imports a submission here.
 
 For each claimed job::
 
@@ -19,6 +20,10 @@ reason. Any other exception is a fault of this host (the container engine went a
 the attempt counts, the job goes back to PENDING for another worker (FAILED after ``max_attempts``), and
 this worker stops with :class:`WorkerFault` rather than failing job after job.
 
+A worker that starts first reaps what dead workers of its queue left on this host
+(:func:`reap_dead`): their containers (by label) and job folders (by owner record), judged dead by the
+queue's heartbeats; a live worker's stay.
+
 SIGTERM or SIGINT stops the worker: the current job goes back to PENDING (no attempt counted) and the
 worker exits. A worker killed outright (SIGKILL, power loss) stops sending heartbeats; another worker's
 :meth:`~runner.queue.JobQueue.recover_stale` gives the job back after the grace period. When the dead
@@ -29,6 +34,7 @@ result is never stored twice.
 from __future__ import annotations
 
 import _thread
+import json
 import shutil
 import signal
 import sys
@@ -41,28 +47,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
 from knowgic.errors import KnowgicError
+from runner.job import JOB_FOLDER_OWNER, JOB_FOLDER_PREFIX, JobExecutor, JobFailure
 from runner.queue import Job, JobLost, JobQueue
 from runner.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS
 from runner.store import ResultsStore, StoreFileError, verify_results
-
-
-class JobFailure(Exception):
-    """The job cannot succeed as submitted; ``reason`` tells a person what to change."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class JobExecutor(Protocol):
-    """Runs one job somewhere other than this process and returns the path of its results.json."""
-
-    def execute(self, job: Job, submission_archive: Path, workdir: Path, log: Callable[[str], None]) -> Path:
-        """Raises :class:`JobFailure` with a reason when the submission fails."""
-        ...
 
 
 class WorkerStopped(BaseException):
@@ -83,25 +74,12 @@ class JobTakenAway(BaseException):
     it (cancelled, or recovered by another worker): the run is abandoned rather than finished for nothing."""
 
 
-def default_executor(gpus: str) -> JobExecutor:
-    """The container executor (the only one a real worker uses); ``gpus`` is "all" or "none"."""
-    try:
-        from runner.containers import ContainerExecutor
-    except ImportError as exc:
-        raise KnowgicError(
-            f"the container executor is not available ({exc}); install knowgic[runner]"
-        ) from None
-    return ContainerExecutor(gpus=gpus)  # type: ignore[call-arg]
-
-
 def detect_gpus() -> bool:
-    """True when this host has a CUDA GPU (through torch, which the runner extras install)."""
-    try:
-        import torch
+    """True when this host has an NVIDIA GPU the container engine can hand on (``nvidia-smi -L``); the
+    worker host needs no torch to know it."""
+    from runner.sandbox import host_has_gpu
 
-        return bool(torch.cuda.is_available())
-    except Exception:  # a broken CUDA install means no GPU for the worker
-        return False
+    return host_has_gpu()
 
 
 def resolve_gpus(gpus: str) -> str:
@@ -326,7 +304,9 @@ def run_job(
     log(
         f"[worker] {worker_id} runs attempt {job.attempts + 1} of {job.max_attempts} on {job.device or 'cpu'}"
     )
-    workdir = Path(tempfile.mkdtemp(prefix=f"knowgic-{job.job_id}-", dir=workdir_root))
+    workdir = Path(tempfile.mkdtemp(prefix=f"{JOB_FOLDER_PREFIX}{job.job_id}-", dir=workdir_root))
+    owner = {"queue": queue.queue_id, "job": job.job_id, "worker": worker_id}
+    (workdir / JOB_FOLDER_OWNER).write_text(json.dumps(owner), encoding="utf-8")
     heartbeat = _Heartbeat(queue, job, worker_id, heartbeat_seconds, flag, log)
     try:
         with heartbeat:
@@ -380,6 +360,39 @@ def run_job(
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+def reap_dead(
+    queue: JobQueue,
+    executor: JobExecutor,
+    grace_seconds: float,
+    workdir_root: Path | None,
+    report: Callable[[str], None] = print,
+) -> tuple[int, int]:
+    """Remove what workers of this queue that are no longer alive left on this host: the executor's
+    containers (``executor.reap``, when it has one) and job folders under ``workdir_root`` (default: the
+    temporary folder). A worker is alive for a job while the queue says it runs it and its heartbeat is
+    younger than ``grace_seconds``; what live workers left stays. Returns (containers, folders) removed."""
+
+    def alive(job_id: str, worker_id: str) -> bool:
+        return queue.running_on(job_id, worker_id, grace_seconds)
+
+    reap = getattr(executor, "reap", None)
+    containers = int(reap(queue.queue_id, alive)) if callable(reap) else 0
+    folders = 0
+    root = Path(workdir_root) if workdir_root is not None else Path(tempfile.gettempdir())
+    for folder in sorted(root.glob(f"{JOB_FOLDER_PREFIX}*")):
+        try:
+            owner = json.loads((folder / JOB_FOLDER_OWNER).read_text(encoding="utf-8"))
+            ours = isinstance(owner, dict) and owner.get("queue") == queue.queue_id
+        except (OSError, ValueError):
+            continue  # not a job folder, or one that is being made: not ours to judge
+        if ours and not alive(str(owner.get("job")), str(owner.get("worker"))):
+            shutil.rmtree(folder, ignore_errors=True)
+            folders += 1
+    if containers or folders:
+        report(f"reaped {containers} container(s) and {folders} job folder(s) of dead workers")
+    return containers, folders
+
+
 def run_worker(
     queue: JobQueue,
     store: ResultsStore,
@@ -409,6 +422,7 @@ def run_worker(
         )
     flag = _StopFlag()
     handled = 0
+    reap_dead(queue, executor, grace_seconds, workdir_root, report)
     with _stop_signals(flag, install_signal_handlers):
         try:
             while not flag.requested:

@@ -107,7 +107,8 @@ def _submit(store: Path, folder: Path) -> str:
 def _work(store: Path, jobs: int, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     args = ["runner", "worker", "--store", str(store), "--gpus", "none", "--poll", "0.5"]
     args += ["--once"] if jobs == 1 else ["--max-jobs", str(jobs)]
-    done = _cli(*args, env={**SANDBOX_ENV, **(env or {})})
+    # Every job costs three container starts and two model loads: allow a loaded machine its time.
+    done = _cli(*args, env={**SANDBOX_ENV, **(env or {})}, timeout=max(900, 300 * jobs))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return done
 
@@ -465,5 +466,238 @@ def test_a_worker_killed_mid_job_is_replaced_without_loss_or_duplicate(
     assert job.attempts >= 1
     entries = [entry for entry in ResultsStore(store).scan().entries if entry.entry_id == job_id]
     assert len(entries) == 1 and len(list((store / "results").iterdir())) == 1
-    assert "removed the containers of an earlier attempt" in _queue(store).logs(job_id)
+    # The second worker reaped the dead one's containers and job folder as it started, before claiming.
+    assert "reaped 2 container(s) and 1 job folder(s) of dead workers" in second.stdout, second.stdout[-2000:]
     assert docker_client.containers.list(all=True, filters={"label": f"org.knowgic.job={job_id}"}) == []
+
+
+# -- what the edit stage sees, how requirements are installed, what a dead worker leaves -------------------
+def _benchmark_questions() -> list[str]:
+    from knowgic.dataset.loading import load_cases
+    from knowgic.dataset.versions import available_versions
+
+    questions = {
+        q
+        for version in available_versions()
+        for case in load_cases(version)
+        for block in (case.chain, case.broader_context)
+        for q in block.questions
+        if q
+    }
+    return sorted(questions)
+
+
+def test_the_test_set_is_not_readable_in_the_edit_container(
+    runner_image: str, honest_run: dict[str, Any], tmp_path: Path
+) -> None:
+    """A submission greps every readable file of its container for every benchmark question: only the
+    control it planted itself is found, and it then scores exactly as the honest editor."""
+    import base64
+
+    questions = _benchmark_questions()
+    store = tmp_path / "store"
+    hparams = {
+        "layer": 1,
+        "steps": 40,
+        "lr": 0.5,
+        "questions": "/submission/questions.b64",
+        "control": "/submission/control.txt",
+    }
+    folder = _hostile_submission(tmp_path, "search", "TestSetSearch", hparams)
+    (folder / "questions.b64").write_text("\n".join(base64.b64encode(q.encode()).decode() for q in questions))
+    (folder / "control.txt").write_text(f"a planted question: {questions[0]}\n")
+    job_id = _submit(store, folder)
+    _work(store, 1)
+    job, log = _queue(store).get(job_id), _queue(store).logs(job_id)
+    assert job.state == JobState.FINISHED, (job.reason, log[-3000:])
+    line = next(line for line in log.splitlines() if "readable files for" in line)
+    assert f"for {len(questions)} questions: only the control found" in line, line
+    print(f"\n{line}")
+    (entry,) = ResultsStore(store).scan().entries
+    _assert_same_metrics(entry.document["metrics"], honest_run["local"]["metrics"])
+
+
+BUILTIN_WRAPPER = "from knowgic.editors.rome.rome_main import ROMEEditor as ROME\n\n__all__ = ['ROME']\n"
+
+
+def test_a_builtin_editor_with_key_statistics_equals_a_local_evaluate(
+    runner_image: str, tmp_path: Path
+) -> None:
+    """ROME needs C = E[k kᵀ] over the benchmark's texts, which the edit container does not hold: the
+    prepare stage computes it, the edit stage reads it read-only, and the scores equal a local run's."""
+    from knowgic.paths import PACKAGE_DIR
+
+    store, folder = tmp_path / "store", tmp_path / "rome"
+    folder.mkdir()
+    (folder / "builtin_rome.py").write_text(BUILTIN_WRAPPER)
+    shutil.copy(PACKAGE_DIR / "editors" / "hparams" / "rome" / "knowgic-tiny.yaml", folder / "rome.yaml")
+    manifest = {
+        "name": "rome-builtin",
+        "version": "1.0.0",
+        "authors": ["The KnowGIC developers"],
+        "license": "MIT",
+        "editor": "builtin_rome:ROME",
+        "hparams": {"knowgic-tiny": "rome.yaml"},
+        "models": ["knowgic-tiny"],
+        "protocols": ["logprob"],
+    }
+    (folder / "submission.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    job_id = _submit(store, folder)
+    _work(store, 1, env={"KNOWGIC_RUNNER_STATS": str(tmp_path / "stats")})
+    job, log = _queue(store).get(job_id), _queue(store).logs(job_id)
+    assert job.state == JobState.FINISHED, (job.reason, log[-3000:])
+    assert "[prepare] prepare stage: key statistics of transformer.h.0.mlp.c_proj (knowgic, 2000" in log
+    assert list((tmp_path / "stats").rglob("*.safetensors"))
+    local = _cli(
+        *("evaluate", "--model", "knowgic-tiny", "--editor", "rome", "--limit", str(LIMIT)),
+        *("--out", str(tmp_path / "local")),
+    )
+    assert local.returncode == 0, local.stderr[-2000:]
+    (entry,) = ResultsStore(store).scan().entries
+    expected = json.loads((tmp_path / "local" / "results.json").read_text())
+    _assert_same_metrics(entry.document["metrics"], expected["metrics"])
+    assert entry.document["config"]["hparams"] == expected["config"]["hparams"]
+
+
+def _probe_wheel(folder: Path, host: str, port: int) -> Path:
+    """A wheel whose .pth file opens a socket whenever Python starts where it is installed: it prints why and
+    exits 3 when the socket is refused, so that a build that runs Python after installing it fails with the
+    reason as its last line."""
+    import base64
+    import hashlib
+    import zipfile
+
+    attempt = (
+        f"try:\\n socket.create_connection(('{host}', {port}), 3).close(); print('probe: connected', flush=True)"
+        "\\nexcept OSError as e:\\n print('probe: socket refused:', e, flush=True); os._exit(3)"
+    )
+    code = f'import os, socket; exec("{attempt}")\n'
+    files = {
+        "knowgic_socket_probe.pth": code,
+        "knowgic_socket_probe-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: knowgic-socket-probe\nVersion: 1.0\n",
+        "knowgic_socket_probe-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(text.encode())}")
+    record.append("knowgic_socket_probe-1.0.dist-info/RECORD,,")
+    files["knowgic_socket_probe-1.0.dist-info/RECORD"] = "\n".join(record) + "\n"
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / "knowgic_socket_probe-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return wheel
+
+
+def test_a_build_that_opens_a_socket_fails(runner_image: str, tmp_path: Path) -> None:
+    """A requirement's wheel runs code at the build's first Python start after the install: the build has no
+    network, so its socket is refused, the job fails with that line, and the host's listener hears nothing."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("0.0.0.0", 0))
+    listener.listen(5)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    heard: list[str] = []
+    stop = threading.Event()
+
+    def listen() -> None:
+        while not stop.is_set():
+            try:
+                connection, peer = listener.accept()
+            except OSError:
+                continue
+            heard.append(str(peer))
+            connection.close()
+
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    try:
+        _probe_wheel(tmp_path / "wheels", "172.17.0.1", port)
+        store = tmp_path / "store"
+        folder = _hostile_submission(tmp_path, "socket", "NetworkEgress", {}, ["knowgic-socket-probe==1.0"])
+        job_id = _submit(store, folder)
+        _work(store, 1, env={"KNOWGIC_FIND_LINKS": str(tmp_path / "wheels")})
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+    job = _queue(store).get(job_id)
+    assert job.state == JobState.FAILED, (job.state, _queue(store).logs(job_id)[-3000:])
+    assert job.reason is not None and job.reason.startswith("building the submission's image failed"), (
+        job.reason
+    )
+    assert "probe: socket refused" in job.reason, job.reason
+    assert heard == []
+    assert "wheels: knowgic-socket-probe==1.0" in _queue(store).logs(job_id)
+
+
+def test_a_starting_worker_reaps_what_dead_workers_left_and_spares_live_ones(
+    runner_image: str, tmp_path: Path, docker_client: Any
+) -> None:
+    store, workdirs = tmp_path / "store", tmp_path / "work"
+    workdirs.mkdir()
+    slow = {"layer": 1, "steps": 40, "lr": 0.5, "sleep": 20}
+    dead_job = _submit(store, _hostile_submission(tmp_path, "dead", "SlowHonest", slow))
+    args = ["runner", "worker", "--store", str(store), "--gpus", "none", "--once", "--heartbeat", "1"]
+    args += ["--workdir", str(workdirs)]
+
+    def start(*extra: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from knowgic.cli import main; sys.exit(main())",
+                *args,
+                *extra,
+            ],
+            env={**os.environ, **SANDBOX_ENV},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def containers(job_id: str) -> list[Any]:
+        return docker_client.containers.list(all=True, filters={"label": f"org.knowgic.job={job_id}"})
+
+    def wait_running(job_id: str) -> None:
+        deadline = time.monotonic() + 240
+        while "[runner] running the edit and score stages" not in _queue(store).logs(job_id):
+            assert time.monotonic() < deadline, _queue(store).logs(job_id)[-2000:]
+            time.sleep(0.5)
+
+    first = start()
+    try:
+        wait_running(dead_job)
+        time.sleep(2)
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert containers(dead_job) and len(list(workdirs.iterdir())) == 1  # left behind by the dead worker
+    assert _cli("runner", "cancel", dead_job, "--store", str(store)).returncode == 0
+
+    live_job = _submit(store, _hostile_submission(tmp_path, "live", "SlowHonest", slow))
+    second = start("--grace", "3")
+    try:
+        wait_running(live_job)
+        # The second worker reaped the dead one's containers and folder as it started.
+        assert containers(dead_job) == []
+        assert [p.name.startswith(f"knowgic-{live_job}-") for p in workdirs.iterdir()] == [True]
+        third = _cli(*args, "--grace", "3", env=SANDBOX_ENV)  # nothing to run: it only looks around
+        assert third.returncode == 0, third.stderr[-2000:]
+        assert "reaped" not in third.stdout
+        assert containers(live_job) and len(list(workdirs.iterdir())) == 1  # the live worker's, untouched
+        out, _ = second.communicate(timeout=600)
+    finally:
+        if second.poll() is None:
+            second.kill()
+    assert "reaped 2 container(s) and 1 job folder(s) of dead workers" in out, out[-2000:]
+    job = _queue(store).get(live_job)
+    assert job.state == JobState.FINISHED, (job.reason, _queue(store).logs(live_job)[-2000:])
+    assert containers(live_job) == [] and list(workdirs.iterdir()) == []

@@ -283,13 +283,14 @@ def test_logs_are_capped_keeping_the_newest(queue: JobQueue, tmp_path: Path) -> 
 
 def test_tables_carry_a_schema_version(queue_url: str) -> None:
     url = queue_url
-    JobQueue(url)
-    JobQueue(url)  # opening again keeps the tables and the version
+    first = JobQueue(url)
+    again = JobQueue(url)  # opening again keeps the tables, the version and the queue's id
+    assert len(first.queue_id) == 32 and again.queue_id == first.queue_id
     engine = sa.create_engine(url)
     with engine.begin() as connection:
-        rows = connection.exec_driver_sql("SELECT key, value FROM knowgic_queue_meta").all()
-        assert rows == [("schema_version", "1")]
-        connection.exec_driver_sql("UPDATE knowgic_queue_meta SET value = '99'")
+        rows = connection.exec_driver_sql("SELECT key, value FROM knowgic_queue_meta ORDER BY key").all()
+        assert rows == [("queue_id", first.queue_id), ("schema_version", "1")]
+        connection.exec_driver_sql("UPDATE knowgic_queue_meta SET value = '99' WHERE key = 'schema_version'")
     engine.dispose()
     with pytest.raises(QueueError, match="has schema version 99; this knowgic uses 1"):
         JobQueue(url)

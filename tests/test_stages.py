@@ -28,7 +28,8 @@ from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from knowgic.evaluation.results import load_results
 from runner.deltas import FAILED_MARKER, DeltaError
-from runner.stages import JobSpec, main, run_edit_stage, run_score_stage
+from runner.job import EditRequests, JobSpec
+from runner.stages import edit_requests, main, run_edit_stage, run_prepare_stage, run_score_stage
 
 LIMIT = 2
 TOLERANCE = 1e-9
@@ -53,9 +54,30 @@ def _reference(loaded, editor: str, mode: str, limit: int | None) -> dict[str, A
     return _REFERENCES[key]
 
 
+def _without_dataset(patch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """As in the edit image: no dataset folder, no upstream rows, and any attempt to load rows fails."""
+    import knowgic.dataset.loading
+    import knowgic.dataset.versions
+    import knowgic.editors.layer_stats
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the edit stage read the dataset")
+
+    patch.setattr(knowgic.dataset.versions, "HUB_DIR", tmp_path / "no-hub")
+    patch.setattr(knowgic.editors.layer_stats, "PACKAGE_DIR", tmp_path / "no-package")
+    for name in ("load_cases", "load_aliases", "dataset_ref"):
+        patch.setattr(knowgic.dataset.loading, name, refused)
+
+
 def _split(loaded, spec: JobSpec, tmp_path: Path) -> dict[str, Any]:
-    deltas = tmp_path / "deltas"
-    run_edit_stage(spec, None, deltas, loaded=loaded)
+    """The prepare stage (dataset in reach), the edit stage (none: rows refused, statistics provided
+    read-only), then the score stage."""
+    deltas, stats = tmp_path / "deltas", tmp_path / "stats"
+    run_prepare_stage(spec, tmp_path, stats, loaded=loaded)
+    with pytest.MonkeyPatch.context() as patch:
+        _without_dataset(patch, tmp_path)
+        patch.setenv("KNOWGIC_STATS_DIR", str(stats))
+        run_edit_stage(spec, EditRequests.read(tmp_path / "requests.json"), None, deltas, loaded=loaded)
     path = run_score_stage(spec, deltas, tmp_path / "results", loaded=loaded, timeout_seconds=30, plots=False)
     assert sorted(p.name for p in deltas.iterdir()) == ["done"], "every delta is deleted once scored"
     return load_results(path)
@@ -301,7 +323,7 @@ def test_editor_adding_a_non_peft_module_fails_with_its_reason(knowgic_tiny, tmp
         "the runner replays changes to the values of existing parameters and buffers only"
     )
     with pytest.raises(DeltaError, match=reason):
-        run_edit_stage(spec, submission, deltas, loaded=knowgic_tiny)
+        run_edit_stage(spec, edit_requests(spec), submission, deltas, loaded=knowgic_tiny)
     assert re.search(reason, (deltas / FAILED_MARKER).read_text())
     assert fingerprint(knowgic_tiny.model) == pristine  # the editor's restore still ran
     assert not any("lora" in name or "extra" in name for name, _ in knowgic_tiny.model.named_modules())
@@ -347,9 +369,12 @@ def test_streaming_edit_stage_blocks_on_its_quota_until_deltas_are_scored(knowgi
     spec = _job(knowgic_tiny, "rome")
     job = tmp_path / "job.json"
     job.write_text(spec.to_json())
+    requests = edit_requests(spec).write(tmp_path / "requests.json")
     deltas = tmp_path / "deltas"
     edit = subprocess.Popen(
-        _stage_command("edit", "--job", str(job), "--out", str(deltas), "--quota", "1"),
+        _stage_command(
+            "edit", "--job", str(job), "--requests", str(requests), "--out", str(deltas), "--quota", "1"
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -399,7 +424,7 @@ def _first_edit_id() -> str:
 def _tampered_rome_deltas(knowgic_tiny, tmp_path: Path) -> tuple[JobSpec, Path, Path]:
     spec = _job(knowgic_tiny, "rome", limit=1)
     deltas = tmp_path / "deltas"
-    run_edit_stage(spec, None, deltas, loaded=knowgic_tiny)
+    run_edit_stage(spec, edit_requests(spec), None, deltas, loaded=knowgic_tiny)
     return spec, deltas, deltas / f"edit-0000-{_first_edit_id()}.safetensors"
 
 
@@ -504,8 +529,10 @@ def test_failing_editor_fails_both_stages_with_its_reason(knowgic_tiny, tmp_path
     spec = JobSpec(model="knowgic-tiny", editor="failing_editor:FailingEditor", limit=1)
     job = tmp_path / "job.json"
     job.write_text(spec.to_json())
+    requests = edit_requests(spec).write(tmp_path / "requests.json")
     deltas = tmp_path / "deltas"
-    assert main(["edit", "--job", str(job), "--submission", str(submission), "--out", str(deltas)]) == 2
+    command = ["edit", "--job", str(job), "--requests", str(requests), "--submission", str(submission)]
+    assert main([*command, "--out", str(deltas)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: editor 'failing' failed on edit ") and err.endswith(
         "RuntimeError: the optimiser diverged"
@@ -536,7 +563,18 @@ def test_hostile_editor_cannot_change_the_scores(knowgic_tiny, tmp_path) -> None
     job = tmp_path / "job.json"
     job.write_text(spec.to_json())
     deltas, results = tmp_path / "deltas", tmp_path / "results"
-    edit = _run("edit", "--job", str(job), "--submission", str(submission), "--out", str(deltas))
+    requests = edit_requests(spec).write(tmp_path / "requests.json")
+    edit = _run(
+        "edit",
+        "--job",
+        str(job),
+        "--requests",
+        str(requests),
+        "--submission",
+        str(submission),
+        "--out",
+        str(deltas),
+    )
     assert edit.returncode == 0, edit.stderr
     assert (deltas / "results.json").exists()
     score = _run("score", "--job", str(job), "--deltas", str(deltas), "--out", str(results), "--no-plots")
@@ -553,22 +591,36 @@ def test_hostile_editor_cannot_change_the_scores(knowgic_tiny, tmp_path) -> None
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["edit", "--job", "missing.json", "--out", "d"], "error: job file missing.json does not exist"),
+        (
+            ["edit", "--job", "missing.json", "--requests", "REQ", "--out", "d"],
+            "error: job file missing.json does not exist",
+        ),
+        (
+            ["edit", "--job", "JOB", "--requests", "missing.json", "--out", "d"],
+            "error: edit requests file missing.json does not exist",
+        ),
+        (
+            ["edit", "--job", "JOB", "--requests", "BADREQ", "--out", "d"],
+            "error: edit requests BADREQ at /edits/0/edit_id: 'x' does not match",
+        ),
         (
             ["score", "--job", "JOB", "--deltas", "nowhere", "--out", "r"],
             "error: deltas folder nowhere does not exist",
         ),
         (
-            ["edit", "--job", "JOB", "--out", "d", "--quota", "lots"],
+            ["edit", "--job", "JOB", "--requests", "REQ", "--out", "d", "--quota", "lots"],
             "error: argument --quota: not a size: 'lots'",
         ),
         (
             ["score", "--job", "JOB", "--deltas", "d", "--out", "r", "--timeout", "-1"],
             "error: argument --timeout: '-1' must be more than 0 seconds",
         ),
-        (["edit", "--job", "BAD", "--out", "d"], "error: job file BAD at /mode: 3 is not of type 'string'"),
         (
-            ["edit", "--job", "JOB", "--submission", "nowhere", "--out", "d"],
+            ["edit", "--job", "BAD", "--requests", "REQ", "--out", "d"],
+            "error: job file BAD at /mode: 3 is not of type 'string', 'null'",
+        ),
+        (
+            ["edit", "--job", "JOB", "--requests", "REQ", "--submission", "nowhere", "--out", "d"],
             "error: submission folder nowhere does not exist",
         ),
     ],
@@ -577,7 +629,12 @@ def test_bad_command_lines_are_one_line_errors(
     tmp_path, monkeypatch, capsys, args: list[str], message: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    Path("JOB").write_text(JobSpec(model="knowgic-tiny", editor="none", limit=1).to_json())
+    spec = JobSpec(model="knowgic-tiny", editor="none", limit=1)
+    Path("JOB").write_text(spec.to_json())
+    edit_requests(spec).write("REQ")
+    bad = edit_requests(spec).to_document()
+    bad["edits"][0]["edit_id"] = "x"
+    Path("BADREQ").write_text(json.dumps(bad))
     Path("BAD").write_text(json.dumps({"model": "knowgic-tiny", "editor": "none", "mode": 3}))
     with pytest.raises(SystemExit) as exited:
         sys.exit(main(args))
@@ -589,7 +646,7 @@ def test_bad_command_lines_are_one_line_errors(
 def test_unknown_mode_fails_before_the_model_loads(tmp_path) -> None:
     spec = JobSpec(model="knowgic-tiny", editor="none", mode="shuffled")
     with pytest.raises(KnowgicError, match="unknown mode 'shuffled'"):
-        run_edit_stage(spec, None, tmp_path / "deltas")
+        run_edit_stage(spec, edit_requests(spec), None, tmp_path / "deltas")
     assert "unknown mode 'shuffled'" in (tmp_path / "deltas" / FAILED_MARKER).read_text()
     with pytest.raises(KnowgicError, match="unknown mode 'shuffled'"):
         run_score_stage(spec, tmp_path / "deltas", tmp_path / "results")
@@ -598,7 +655,8 @@ def test_unknown_mode_fails_before_the_model_loads(tmp_path) -> None:
 def test_edit_stage_with_a_bad_job_marks_its_folder_failed(tmp_path) -> None:
     """The score stage, already waiting on the folder, learns the reason instead of timing out."""
     deltas = tmp_path / "deltas"
-    assert main(["edit", "--job", str(tmp_path / "missing.json"), "--out", str(deltas)]) == 2
+    command = ["edit", "--job", str(tmp_path / "missing.json"), "--requests", str(tmp_path / "requests.json")]
+    assert main([*command, "--out", str(deltas)]) == 2
     assert "missing.json does not exist" in (deltas / FAILED_MARKER).read_text()
 
 
@@ -641,7 +699,7 @@ def test_sequential_delta_must_list_the_plan_s_edits_in_order(
 ) -> None:
     spec = _job(knowgic_tiny, "ice", "sequential")
     deltas = tmp_path / "deltas"
-    run_edit_stage(spec, None, deltas, loaded=knowgic_tiny)
+    run_edit_stage(spec, edit_requests(spec), None, deltas, loaded=knowgic_tiny)
     sidecar = json.loads((deltas / "sequential.json").read_text())
     change(sidecar["edits"])
     (deltas / "sequential.json").write_text(json.dumps(sidecar))

@@ -6,6 +6,8 @@ import io
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import tarfile
 import tracemalloc
 import zipfile
@@ -181,7 +183,9 @@ def test_yaml_problems_name_line_and_column(tmp_path: Path, text: str, expected:
             r"no entry for the model\(s\) 'Qwen/Qwen2.5-0.5B', 'org/other' asked for in models",
         ),
         ({"hparams": {"knowgic-tiny": {}}}, None),  # an editor that takes no hyper-parameters
-        ({"editor": "nowhere.mod:Editor"}, None),  # the folder has a pyproject.toml: installed at build
+        # A packaging file no longer vouches for a module: the submission is never built.
+        ({"editor": "nowhere.mod:Editor"}, r"module 'nowhere.mod' is not in the submission"),
+        ({"editor": "nowhere.mod:Editor", "requirements": ["nowhere-pkg==1.0"]}, None),
         (
             {"models": ["knowgic-tiny", "/srv/models/gpt2"]},
             "field models/1: '/srv/models/gpt2' is not a hub id",
@@ -193,6 +197,18 @@ def test_yaml_problems_name_line_and_column(tmp_path: Path, text: str, expected:
             "field requirements/1: .* is not a requirement",
         ),
         ({"requirements": ["numpy>=1.26", "einops[x]==0.8.0 ; python_version >= '3.10'"]}, None),
+        # Direct references would be built (their setup.py run) rather than fetched as index wheels.
+        (
+            {"requirements": ["probe @ file:///submission/probe"]},
+            r"field requirements/0: 'probe @ file:///submission/probe' is a direct reference \(name @ URL\)",
+        ),
+        (
+            {"requirements": ["x @ git+https://github.com/o/x.git@main"]},
+            "field requirements/0: .* is a direct reference",
+        ),
+        ({"requirements": ["x @ https://example.org/x-1.0.tar.gz"]}, "is a direct reference"),
+        ({"requirements": ["./probe"]}, "field requirements/0: './probe' is not a requirement specifier"),
+        ({"requirements": ["git+https://github.com/o/x.git"]}, "is not a requirement specifier"),
     ],
 )
 def test_manifest_problems_are_one_line_naming_the_field(
@@ -207,11 +223,32 @@ def test_manifest_problems_are_one_line_naming_the_field(
     assert "\n" not in str(info.value)
 
 
-def test_editor_module_must_be_in_the_submission_without_packaging(tmp_path: Path) -> None:
-    folder = make_submission(tmp_path / "sub", {**MANIFEST, "editor": "nowhere.mod:Editor"})
-    (folder / "pyproject.toml").unlink()
-    with pytest.raises(SubmissionError, match=r"module 'nowhere.mod' is not in the submission"):
-        load_submission(folder, tmp_path / "w")
+def test_a_direct_reference_probe_is_refused_at_submit_in_one_line(tmp_path: Path) -> None:
+    """The probe a setup.py would have run as root with the network while the image was built."""
+    folder = make_submission(tmp_path / "sub", {**MANIFEST, "requirements": ["x @ file:///submission/probe"]})
+    (folder / "probe").mkdir()
+    (folder / "probe" / "setup.py").write_text(
+        "import socket; socket.create_connection(('10.0.0.1', 5432))\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "knowgic.cli",
+            "runner",
+            "submit",
+            str(folder),
+            "--store",
+            str(tmp_path / "store"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "requirements/0: 'x @ file:///submission/probe' is a direct reference" in line
+    assert not (tmp_path / "store" / "queue.sqlite").exists() or "PENDING" not in done.stdout
 
 
 def test_a_bad_hparams_file_names_its_line(folder: Path, tmp_path: Path) -> None:

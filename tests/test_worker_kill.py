@@ -118,8 +118,8 @@ class SlowCopyExecutor:
 
 
 if __name__ == "__main__":
-    import runner.worker
+    import runner.commands
     from knowgic.cli import main
 
-    runner.worker.default_executor = lambda gpus: SlowCopyExecutor()  # type: ignore[assignment]
+    runner.commands.default_executor = lambda *args: SlowCopyExecutor()  # type: ignore[assignment]
     sys.exit(main(["runner", "worker", *sys.argv[1:]]))

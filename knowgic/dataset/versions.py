@@ -79,6 +79,11 @@ def resolve_version(version: str | None) -> str:
     return name
 
 
+def dataset_installed() -> bool:
+    """Whether this install holds the dataset's files (the runner's edit image is built without them)."""
+    return any((HUB_DIR / name / VERSION_FILE).is_file() for name in available_versions())
+
+
 def version_dir(version: str | None = None) -> Path:
     """The Hugging Face dataset folder of ``version`` (latest by default)."""
     name = resolve_version(version)

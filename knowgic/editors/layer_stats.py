@@ -25,6 +25,11 @@ of 0.28 to 0.75). Any other name is a ``datasets`` corpus, ``path[:config][@spli
 ``wikitext:wikitext-103-raw-v1``), whose ``text`` field is read (needs network or a local ``datasets``
 cache); there ``sample_count`` is the number of texts used at most.
 
+Provided statistics: where the benchmark's texts are not readable (the runner's untrusted edit stage sees
+no chain), ``$KNOWGIC_STATS_DIR`` names a read-only folder of statistics that trusted code computed with
+:func:`second_moments` (``root=``) in the same layout; a file there is used when every field of its key but
+the corpus hash matches (the trusted side vouches for the corpus it names), before the cache is consulted.
+
 Model revision: ``load_model`` sets ``model.config._knowgic_revision`` (the loaded model's revision);
 without it :func:`model_revision` falls back to :func:`model_fingerprint`, a hash of the config and a
 strided sample of every parameter. Either way the model's dtype is part of the revision string. Model id
@@ -46,7 +51,7 @@ import sys
 import time
 import weakref
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +63,7 @@ from knowgic.editors.arch import get_module
 from knowgic.editors.nethook import Trace, model_device, model_dtype
 from knowgic.editors.repr_tools import encode, make_batch
 from knowgic.errors import KnowgicError
-from knowgic.paths import PACKAGE_DIR, cache_dir
+from knowgic.paths import PACKAGE_DIR, PROVIDED_STATS_VARIABLE, cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -155,13 +160,21 @@ def _semver(version: str) -> tuple[int, ...]:
     return tuple(int(p) if p.isdigit() else 0 for p in version.lstrip("v").split("."))
 
 
+def _dataset_installed() -> bool:
+    try:
+        from knowgic.dataset.versions import dataset_installed  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return False
+    return dataset_installed()
+
+
 def knowgic_texts() -> tuple[list[str], str]:
     """The benchmark's own texts (see the module docstring) and where they were read from."""
     try:
         from knowgic.dataset.loading import load_cases  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         load_cases = None
-    if load_cases is not None:
+    if load_cases is not None and _dataset_installed():
         try:
             cases = list(load_cases())  # the latest dataset version by default
         except TypeError:  # an API that needs the version named
@@ -173,7 +186,13 @@ def knowgic_texts() -> tuple[list[str], str]:
     from knowgic.records import Case
 
     path = PACKAGE_DIR / "dataset" / "upstream" / "chains.json"
-    rows = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise KnowgicError(
+            "the benchmark's texts (corpus 'knowgic') are not readable here: no dataset is installed "
+            f"(in the runner's edit stage, statistics come precomputed through ${PROVIDED_STATS_VARIABLE})"
+        ) from None
     return _cases_texts(Case.from_row(r) for r in rows), "knowgic/dataset/upstream/chains.json"
 
 
@@ -279,11 +298,11 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:80] or "x"
 
 
-def stats_paths(key: StatsKey) -> tuple[Path, Path]:
-    """(tensor file, metadata file) for ``key``."""
+def stats_paths(key: StatsKey, root: Path | None = None) -> tuple[Path, Path]:
+    """(tensor file, metadata file) for ``key`` under ``root`` (default: the cache's ``stats`` folder)."""
     digest = hashlib.sha256(f"{key.model_id}\x00{key.model_revision}".encode()).hexdigest()[:16]
     label = key.model_id.rstrip("/").split("/")[-1] or key.model_revision.split("|")[0]
-    folder = cache_dir() / "stats" / f"{_slug(label)[:40]}-{digest}"
+    folder = (root if root is not None else cache_dir() / "stats") / f"{_slug(label)[:40]}-{digest}"
     stem = f"{_slug(key.layer)}__{_slug(key.corpus)}__n{key.sample_count}__{key.dtype}"
     return folder / f"{stem}.safetensors", folder / f"{stem}.json"
 
@@ -296,9 +315,9 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _read_cached(key: StatsKey) -> tuple[torch.Tensor | None, str]:
+def _read_cached(key: StatsKey, root: Path | None = None) -> tuple[torch.Tensor | None, str]:
     """The cached tensor for ``key``, or (None, why it cannot be used)."""
-    tensor_path, meta_path = stats_paths(key)
+    tensor_path, meta_path = stats_paths(key, root)
     if not meta_path.is_file() or not tensor_path.is_file():
         return None, "not cached"
     try:
@@ -327,8 +346,30 @@ def _read_cached(key: StatsKey) -> tuple[torch.Tensor | None, str]:
     return tensor, "ok"
 
 
-def _write_cached(key: StatsKey, tensor: torch.Tensor, extra: dict[str, Any]) -> None:
-    tensor_path, meta_path = stats_paths(key)
+def _read_provided(key: StatsKey, root: Path) -> torch.Tensor | None:
+    """The tensor of ``key`` in a provided folder, whatever the corpus hash its metadata records (the
+    trusted side that wrote it read the corpus ``key.corpus`` names; this side may not be able to)."""
+    _, meta_path = stats_paths(key, root)
+    try:
+        recorded = json.loads(meta_path.read_text(encoding="utf-8")).get("corpus_hash")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(recorded, str):
+        return None
+    tensor, _why = _read_cached(replace(key, corpus_hash=recorded), root)
+    return tensor
+
+
+def provided_stats_dir() -> Path | None:
+    """``$KNOWGIC_STATS_DIR`` when it names a folder."""
+    value = os.environ.get(PROVIDED_STATS_VARIABLE)
+    return Path(value) if value and Path(value).is_dir() else None
+
+
+def _write_cached(
+    key: StatsKey, tensor: torch.Tensor, extra: dict[str, Any], root: Path | None = None
+) -> None:
+    tensor_path, meta_path = stats_paths(key, root)
     tensor_path.parent.mkdir(parents=True, exist_ok=True)
     # Tensor first, metadata last: the metadata (with the tensor's sha256) is the commit marker.
     tmp = tensor_path.with_suffix(f".tmp{os.getpid()}")
@@ -460,13 +501,38 @@ def second_moments(
     dtype: torch.dtype | str = torch.float32,
     batch_tokens: int = 4096,
     progress: bool = True,
+    root: Path | None = None,
 ) -> dict[str, torch.Tensor]:
-    """:func:`second_moment` for several projections; the ones not cached are collected in one pass."""
+    """:func:`second_moment` for several projections; the ones not cached are collected in one pass.
+
+    ``root``: the folder that caches them (default: the cache's ``stats`` folder). Statistics provided
+    through ``$KNOWGIC_STATS_DIR`` come first, and need no corpus."""
     torch_dtype, dtype_name = _resolve_dtype(dtype)
+    names = list(dict.fromkeys(layer_names))
+    provided = provided_stats_dir() if root is None else None
+    if provided is not None:
+        found: dict[str, torch.Tensor] = {}
+        for name in names:
+            d = key_dim(model, name)
+            key = StatsKey(
+                model_id=model_id,
+                model_revision=model_revision,
+                layer=name,
+                corpus=corpus,
+                corpus_hash="",
+                sample_count=int(sample_count),
+                dtype=dtype_name,
+                shape=(d, d),
+            )
+            tensor = _read_provided(key, provided)
+            if tensor is not None:
+                found[name] = tensor
+        if len(found) == len(names):
+            return found
     data = load_corpus(corpus, sample_count)
     keys: dict[str, StatsKey] = {}
     out: dict[str, torch.Tensor] = {}
-    for name in dict.fromkeys(layer_names):
+    for name in names:
         d = key_dim(model, name)
         keys[name] = StatsKey(
             model_id=model_id,
@@ -478,7 +544,7 @@ def second_moments(
             dtype=dtype_name,
             shape=(d, d),
         )
-        cached, why = _read_cached(keys[name])
+        cached, why = _read_cached(keys[name], root)
         if cached is not None:
             out[name] = cached
         elif why != "not cached":
@@ -498,7 +564,7 @@ def second_moments(
         }
         for name in missing:
             out[name] = moments[name].to(torch_dtype)
-            _write_cached(keys[name], out[name], extra)
+            _write_cached(keys[name], out[name], extra, root)
     return out
 
 

@@ -8,7 +8,17 @@ Protocols: ``logprob`` (:class:`~knowgic.scoring.logprob.LogprobScorer`), ``gene
 
 from __future__ import annotations
 
+from typing import Any
+
 from knowgic.scoring.base import Query, Scorer, Scores
-from knowgic.scoring.factory import SCORERS, make_scorer
 
 __all__ = ["SCORERS", "Query", "Scorer", "Scores", "make_scorer"]
+
+
+def __getattr__(name: str) -> Any:
+    # The scorers need torch; the queries and the spec do not (the runner's worker host reads them).
+    if name in ("SCORERS", "make_scorer"):
+        from knowgic.scoring import factory
+
+        return getattr(factory, name)
+    raise AttributeError(f"module 'knowgic.scoring' has no attribute {name!r}")

@@ -172,11 +172,29 @@ def is_built(recipe: TinyRecipe = TINY_RECIPE) -> bool:
     return is_complete(PREBUILT_DIR, digest) or is_complete(tiny_model_dir(recipe, facts), digest)
 
 
+def _shipped_without_dataset(recipe: TinyRecipe) -> Path:
+    stats = read_stats(PREBUILT_DIR) or {}
+    fingerprint = stats.get("data_fingerprint")
+    digest = recipe_hash(recipe, fingerprint) if isinstance(fingerprint, str) else None
+    if digest is None or not is_complete(PREBUILT_DIR, digest):
+        raise KnowgicError(
+            f"{MODEL_NAME}: no dataset is installed here to build it from, and the shipped model does not "
+            "match this recipe"
+        )
+    return PREBUILT_DIR
+
+
 def ensure_tiny_model(rebuild: bool = False, progress: bool = True, recipe: TinyRecipe = TINY_RECIPE) -> Path:
     """The cached ``knowgic-tiny`` folder, built first when missing, incomplete, or ``rebuild`` is set.
 
     The folder loads with ``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained``.
+    An install without the dataset (the runner's edit image) cannot check the recipe against the facts, nor
+    build: there the shipped model is used when it matches the recipe and the data fingerprint it records.
     """
+    from knowgic.dataset.versions import dataset_installed
+
+    if not dataset_installed() and not rebuild:
+        return _shipped_without_dataset(recipe)
     facts = load_training_facts()
     digest = recipe_hash(recipe, facts.fingerprint())
     if not rebuild and is_complete(PREBUILT_DIR, digest):

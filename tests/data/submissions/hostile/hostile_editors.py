@@ -170,14 +170,11 @@ class ForgedDelta(Editor):
     name = "hostile-forged-delta"
 
     def apply(self, model: Any, tokenizer: Any, requests: Any) -> EditHandle:
-        from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
-        from knowgic.evaluation.plan import build_plan
         from runner.deltas import DeltaEdit, DeltaWriter, independent_key
-        from runner.stages import JobSpec
+        from runner.job import EditRequests, JobSpec
 
         spec = JobSpec.read("/job/job.json")
-        ref = dataset_ref(spec.dataset_version, config="chains")
-        plan = build_plan(load_cases(ref.version), load_aliases(ref.version), limit=spec.limit)
+        plan = EditRequests.read("/job/requests.json")
         name, weight = next((n, p) for n, p in model.named_parameters() if p.dim() == 2)
         forge = self.hparams["forge"]
         if forge == "shape":
@@ -190,7 +187,7 @@ class ForgedDelta(Editor):
         for index, edit in enumerate(plan.edits):
             writer.write(
                 independent_key(index, edit.edit_id),
-                spec.mode,
+                str(spec.mode),
                 [DeltaEdit(edit.edit_id, "", {}, 0.0)],
                 tensors,
             )
@@ -221,3 +218,49 @@ class DiskFiller(Editor):
             while True:
                 handle.write(block)
                 handle.flush()
+
+
+class TestSetSearch(RankOneFT):
+    """Searches every readable file of the container (site-packages, caches, mounts; /proc, /sys and /dev
+    left out) for the benchmark's questions, read base64-encoded from the file hparams ``questions`` names
+    (so that they are in no file verbatim). A control question planted in the submission (the file hparams
+    ``control`` names) must be found, which proves the search reads what it should. Any other hit fails the
+    job with the file that leaked; none: it edits honestly (the rank-one editor) and says what it searched."""
+
+    name = "hostile-test-set-search"
+    searched = ""
+
+    def __init__(self, hparams: Any = None) -> None:
+        import base64
+
+        hparams = dict(hparams or {})
+        encoded = Path(hparams.pop("questions")).read_text().split()
+        self.questions = [base64.b64decode(q).decode("utf-8") for q in encoded]
+        self.control = hparams.pop("control")
+        super().__init__(hparams)
+
+    def apply(self, model: Any, tokenizer: Any, requests: Any) -> EditHandle:
+        if not TestSetSearch.searched:
+            patterns = "\n".join(self.questions).encode("utf-8")
+            command = ["grep", "-rlF", "--binary-files=text", "-f", "-", "/"]
+            command += ["--exclude-dir=proc", "--exclude-dir=sys", "--exclude-dir=dev"]
+            done = subprocess.run(command, input=patterns, capture_output=True, timeout=240)
+            hits = [line for line in done.stdout.decode("utf-8", "replace").splitlines() if line]
+            files = subprocess.run(
+                "find / -xdev -path /proc -prune -o -type f -readable -print 2>/dev/null | wc -l",
+                shell=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            leaks = [hit for hit in hits if hit != self.control]
+            if self.control not in hits:
+                raise RuntimeError(f"the search is blind: the control file {self.control} was not found")
+            if leaks:
+                raise RuntimeError(
+                    f"test set readable: {len(leaks)} file(s) hold a question, first {leaks[0]}"
+                )
+            TestSetSearch.searched = (
+                f"searched {files} readable files for {len(self.questions)} questions: only the control found"
+            )
+            print(TestSetSearch.searched, flush=True)
+        return super().apply(model, tokenizer, requests)

@@ -1,0 +1,197 @@
+"""The private split and the score stage's limits on a real Docker engine (marker ``container``).
+
+One worker started with ``--private-dataset`` (a split written by ``knowgic dataset holdout``) runs:
+
+- the README's custom editor: FINISHED, its results carry the private figures beside the public ones, equal
+  to an in-process evaluate with the same split, and the leaderboard row shows both;
+- an editor looking for the split where submitted code runs: it finds nothing (the job finishes);
+- a 100,000-character prefix, weights set to 3e38, a second delta for an edit already scored: each FAILED
+  with its one-line reason (the first one used to end with the score container killed for memory).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from knowgic.recompute import check_results
+from runner.queue import JobQueue, JobState
+from runner.store import ResultsStore
+
+pytestmark = pytest.mark.container
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO_ROOT / "examples" / "custom_editor"
+SUBMISSIONS = Path(__file__).resolve().parent / "data" / "submissions"
+LIMIT = 2
+SANDBOX_ENV = {
+    "KNOWGIC_SANDBOX_MEMORY": "3G",
+    "KNOWGIC_SANDBOX_PIDS": "256",
+    "KNOWGIC_SANDBOX_CPUS": "2",
+    "KNOWGIC_SANDBOX_TIMEOUT": "300",
+}
+CASES = {
+    "probe": "ProbePrivate",
+    "long-prefix": "LongPrefix",
+    "overflow": "Overflow",
+    "early-delta": "EarlyDelta",
+}
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from knowgic.cli import main; sys.exit(main())", *args],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _package(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    shutil.copytree(EXAMPLE / "knowgic_rank_one", folder / "knowgic_rank_one")
+    shutil.copy(EXAMPLE / "rank_one_ft.yaml", folder / "rank_one_ft.yaml")
+
+
+def _submit(store: Path, folder: Path) -> str:
+    done = _cli("runner", "submit", str(folder), "--store", str(store), "--limit", str(LIMIT))
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if "\tPENDING\t" in line]
+    return line.split("\t")[0]
+
+
+@pytest.fixture(scope="module")
+def private_run(runner_image: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("private-run")
+    split = root / "private-split"
+    made = _cli("dataset", "holdout", "--out", str(split), "--fraction", "0.2", "--seed", "1")
+    assert made.returncode == 0, made.stderr
+    store = root / "store"
+    honest = root / "rank-one"
+    _package(honest)
+    shutil.copy(SUBMISSIONS / "rank-one" / "submission.yaml", honest / "submission.yaml")
+    jobs = {"honest": _submit(store, honest)}
+    for case, editor_class in CASES.items():
+        folder = root / case
+        _package(folder)
+        shutil.copy(SUBMISSIONS / "hostile" / "score_limits.py", folder / "score_limits.py")
+        manifest = {
+            "name": f"hostile-{case}",
+            "version": "0.0.1",
+            "authors": ["A hostile tester"],
+            "license": "MIT",
+            "editor": f"score_limits:{editor_class}",
+            "hparams": {"knowgic-tiny": {}},
+            "models": ["knowgic-tiny"],
+            "protocols": ["logprob"],
+        }
+        (folder / "submission.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+        jobs[case] = _submit(store, folder)
+    args = ["runner", "worker", "--store", str(store), "--gpus", "none", "--poll", "0.5"]
+    worker = _cli(*args, "--max-jobs", str(len(jobs)), "--private-dataset", str(split), env=SANDBOX_ENV)
+    assert worker.returncode == 0, worker.stdout[-3000:] + worker.stderr[-3000:]
+    queue = JobQueue(ResultsStore(store).queue_url())
+    return {
+        "split": split,
+        "store": store,
+        "honest_folder": honest,
+        "worker": worker.stdout,
+        "jobs": {case: queue.get(job_id) for case, job_id in jobs.items()},
+        "logs": {case: queue.logs(job_id) for case, job_id in jobs.items()},
+    }
+
+
+def _entry(private_run: dict[str, Any], case: str) -> Any:
+    job = private_run["jobs"][case]
+    assert job.state == JobState.FINISHED, (case, job.reason, private_run["logs"][case][-3000:])
+    return ResultsStore(private_run["store"]).load_entry(
+        ResultsStore(private_run["store"]).entry_path(job.job_id)
+    )
+
+
+def _reason(private_run: dict[str, Any], case: str) -> str:
+    job = private_run["jobs"][case]
+    assert job.state == JobState.FAILED, (case, job.state, private_run["logs"][case][-3000:])
+    assert job.reason and "\n" not in job.reason
+    return str(job.reason)
+
+
+def test_the_worker_names_its_private_split(private_run: dict[str, Any]) -> None:
+    assert f"private split {private_run['split']} (" in private_run["worker"]
+
+
+def test_an_honest_run_carries_public_and_private_figures(private_run: dict[str, Any], knowgic_tiny) -> None:
+    from knowgic.dataset.private import read_private_split
+    from knowgic.editors.hparams import read_hparams_file
+    from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
+    from leaderboard.table import Board, private_ifr_html
+
+    entry = _entry(private_run, "honest")
+    document = entry.document
+    private = document["private"]
+    assert private["counts"]["edits"] == LIMIT and private["chains"]
+    assert check_results(private) == [] and check_results(document) == []
+    assert private["ifr_check"]["flagged"] is False
+    # The same editor and split in this process give the same private figures.
+    folder = private_run["honest_folder"]
+    sys.path.insert(0, str(folder))
+    try:
+        local = evaluate(
+            EvaluationRequest(
+                model="knowgic-tiny",
+                editor="knowgic_rank_one.editor:RankOneFT",
+                hparams_path=str(folder / "rank_one_ft.yaml"),
+                limit=LIMIT,
+                use_cache=False,
+            ),
+            progress=False,
+            loaded=knowgic_tiny,
+            private=read_private_split(private_run["split"]),
+        ).document
+    finally:
+        sys.path.remove(str(folder))
+    assert read_hparams_file(folder / "rank_one_ft.yaml") == document["config"]["hparams"]
+    for name in ("ifr", "preservation", "efficacy", "specificity"):
+        for block, expected in ((document, local), (private, local["private"])):
+            found, wanted = block["metrics"][name]["value"], expected["metrics"][name]["value"]
+            assert (found is None and wanted is None) or math.isclose(found, wanted, abs_tol=1e-9), name
+    (row,) = [r for r in Board(ResultsStore(private_run["store"]).scan()).rows if r.row_id == entry.entry_id]
+    assert row.private_ifr is not None and row.private_ifr.value == private["metrics"]["ifr"]["value"]
+    assert "differs" not in private_ifr_html(row)
+
+
+def test_submitted_code_cannot_see_the_private_split(private_run: dict[str, Any]) -> None:
+    document = _entry(private_run, "probe").document
+    assert all(r["info"]["private_visible"] is False for r in document["per_edit"])
+    assert document["private"]["counts"]["edits"] == LIMIT
+
+
+def test_a_huge_prefix_is_refused_in_tokens_not_killed_for_memory(private_run: dict[str, Any]) -> None:
+    reason = _reason(private_run, "long-prefix")
+    assert reason.startswith("the score stage rejected the run: edit 1 (")
+    assert reason.endswith(
+        "in-context prefix (100000 characters): 41177 tokens exceed the model's 1024 positions"
+    )
+
+
+def test_overflowing_weights_are_named_with_the_dtype_used(private_run: dict[str, Any]) -> None:
+    reason = _reason(private_run, "overflow")
+    assert "the edited model returned non-finite logits (NaN/inf) in float32" in reason
+    assert "float16" not in reason
+
+
+def test_a_second_delta_for_a_scored_edit_fails_the_job(private_run: dict[str, Any]) -> None:
+    reason = _reason(private_run, "early-delta")
+    assert reason.startswith(
+        "the score stage rejected the run: the edit stage wrote a second delta for edit 1 ("
+    )
+    assert reason.endswith(") after that edit was scored; each edit's delta is written once")
