@@ -21,6 +21,7 @@ import pytest
 from knowgic.cli import main
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from knowgic.evaluation.results import content_sha256
+from runner.signing import load_signer
 from runner.store import ResultsStore, local_entry_id
 
 EDITORS = ("none", "ice", "rome")
@@ -88,7 +89,7 @@ def build_leaderboard_store(root: Path, knowgic_tiny: Any) -> LeaderboardFixture
     job = {"job_id": "job-scripted-1", "model": "knowgic-tiny", "state": "finished"}
     # The verified run re-uses the ICE run's results: the store records it as a second, verified entry.
     entries["verified"] = store.add_verified(
-        runs["ice"], archive_path=archive, manifest=hostile_manifest, job=job
+        runs["ice"], archive_path=archive, manifest=hostile_manifest, job=job, signer=load_signer()
     ).entry_id
 
     # Bad files, each of which the skipped panel must list with its reason.
