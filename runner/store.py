@@ -220,6 +220,7 @@ class ResultsStore:
         self._cache_root = verified_cache
         self._trusted = trusted_keys
         self._memo: dict[tuple[str, int, int], dict[str, Any]] = {}
+        self._failed: dict[tuple[str, int, int], str] = {}  # results files that failed, and why
         # Entry files by (name, size, mtime): the checked record and why it is (not) verified.
         self._records: dict[tuple[str, int, int], tuple[dict[str, Any], str | None]] = {}
 
@@ -407,9 +408,12 @@ class ResultsStore:
         return self._summary_cache_dir() / f"{sha}-{size}-{mtime}-c{CHECKS_VERSION}.json"
 
     def _cached_summary(self, key: tuple[str, int, int]) -> dict[str, Any] | None:
-        """The summary of a results file verified earlier (this process or another), or None."""
+        """The summary of a results file verified earlier (this process or another), or None; raises
+        :class:`StoreFileError` again for a file that failed in this process (unchanged since)."""
         if key in self._memo:
             return self._memo[key]
+        if key in self._failed:
+            raise StoreFileError(self._failed[key])
         try:
             cached = json.loads(self._cache_file(key).read_bytes())
         except (OSError, ValueError):
@@ -425,7 +429,11 @@ class ResultsStore:
         summary = self._cached_summary(key)
         if summary is not None:
             return summary
-        summary = _summary(_read_results(path, sha, _validator()))
+        try:
+            summary = _summary(_read_results(path, sha, _validator()))
+        except StoreFileError as exc:
+            self._failed[key] = str(exc)
+            raise
         cache_file = self._cache_file(key)
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)

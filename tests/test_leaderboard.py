@@ -11,6 +11,7 @@ import json
 import math
 import socket
 import tarfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,10 +136,19 @@ def served(board_store):
     )
     port = free_port()
     launch_app(app, host="127.0.0.1", port=port, block=False, quiet=True)
+    wait_verified(app)
     try:
         yield app, Client(f"http://127.0.0.1:{port}/", verbose=False)
     finally:
         app.close()
+
+
+def wait_verified(app: Any, timeout: float = 120.0) -> None:
+    """Until the app's background verification of the store is done (the page answers before that)."""
+    deadline = time.monotonic() + timeout
+    while app.leaderboard_state.progress is not None:
+        assert time.monotonic() < deadline, "background verification did not finish"
+        time.sleep(0.05)
 
 
 ALL_COLUMNS = [

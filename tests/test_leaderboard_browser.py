@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_leaderboard import SCRIPT, build_leaderboard_store, free_port
+from tests.test_leaderboard import SCRIPT, build_leaderboard_store, free_port, wait_verified
 
 pytestmark = pytest.mark.browser
 
@@ -37,6 +37,7 @@ def site(knowgic_tiny, tmp_path_factory):
     app = build_app(board.store.root, refresh_seconds=1.0)
     port = free_port()
     launch_app(app, host="127.0.0.1", port=port, block=False, quiet=True)
+    wait_verified(app)
     try:
         yield board, f"http://127.0.0.1:{port}/"
     finally:
