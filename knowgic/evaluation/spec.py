@@ -19,16 +19,13 @@ DIRECTIONS = ("lower", "higher")
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """One metric's declaration: ``direction`` says whether lower or higher values are better; every value
-    and interval bound lies in ``[low, high]`` (None: unbounded on that side)."""
+    """One metric's declaration: ``direction`` says whether lower or higher values are better."""
 
     name: str
     label: str
     direction: str
     version: int
     description: str
-    low: float | None = None
-    high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -55,32 +52,13 @@ def _metric(path: Path, name: Any, entry: Any) -> MetricSpec:
     label = entry.get("label")
     if not isinstance(label, str) or not label.strip():
         raise KnowgicError(f"{where}.label must be a non-empty string, got {label!r}")
-    low, high = _range(where, entry.get("range"))
     return MetricSpec(
         name=str(name),
         label=label,
         direction=direction,
         version=version,
         description=str(entry.get("description", "")).strip(),
-        low=low,
-        high=high,
     )
-
-
-def _range(where: str, value: Any) -> tuple[float | None, float | None]:
-    """``range: [low, high]`` (null for an open side); a metric without one is unbounded."""
-    if value is None:
-        return None, None
-    if (
-        not isinstance(value, list)
-        or len(value) != 2
-        or any(v is not None and (isinstance(v, bool) or not isinstance(v, int | float)) for v in value)
-        or (None not in value and value[0] > value[1])
-    ):
-        raise KnowgicError(
-            f"{where}.range must be [low, high] with numbers or null, low <= high, got {value!r}"
-        )
-    return (None if value[0] is None else float(value[0]), None if value[1] is None else float(value[1]))
 
 
 def load_evaluation_spec(path: Path | None = None) -> EvaluationSpec:
