@@ -8,7 +8,7 @@ reader (``knowgic store list``, the leaderboard) shows it::
       each array or object <= LIMITS.items members
     results.schema.json and the document's own sha256             (runner.store)
     every number finite (no NaN, Infinity)
-    every metric's value and interval within its declared range (spec/benchmark.yaml "range"),
+    every metric's value and interval within its declared bounds (spec/benchmark.yaml "bounds"),
       interval [low, high] with low <= value <= high
     every headline value and interval recomputed from the per-chain and per-edit records
       (knowgic.recompute.check_results: the functions ``evaluate`` uses)
@@ -146,7 +146,7 @@ def _ranges() -> dict[str, _Range]:
     """Each declared metric's label and range, from spec/benchmark.yaml (the one declaration)."""
     from knowgic.evaluation.spec import load_evaluation_spec
 
-    return {name: _Range(m.label, m.low, m.high) for name, m in load_evaluation_spec().metrics.items()}
+    return {name: _Range(m.label, *m.bounds) for name, m in load_evaluation_spec().metrics.items()}
 
 
 def _metric_entries(metrics: Mapping[str, Any]) -> Iterator[tuple[str, tuple[str, ...], Mapping[str, Any]]]:
@@ -195,12 +195,22 @@ def value_problems(document: Mapping[str, Any]) -> list[str]:
 
 
 def recompute_problems(document: Mapping[str, Any]) -> list[str]:
-    """Stated headline values and intervals that differ from the ones the records give (empty when none)."""
+    """Stated values, intervals and counts that differ from what the records give (empty when none)."""
+    from knowgic.recompute import check_results
+
     try:
-        from knowgic.recompute import check_results
-    except ImportError:  # pragma: no cover - present in every release that ships this module
-        return []
-    return list(check_results(document))
+        lines = check_results(document)
+    except KnowgicError as exc:  # records it cannot recompute from (an old schema, inconsistent records)
+        return [f"its metrics cannot be recomputed from its records: {exc}"]
+    # "metrics.ifr.value: stated 0.001, recomputed 0.31" -> "/metrics/ifr/value: stated ..., recomputed ..."
+    problems = []
+    for line in lines:
+        where, _, rest = line.partition(": ")
+        problems.append((not where.endswith(".value"), f"{_pointer(tuple(where.split('.')))}: {rest}"))
+    # Values first: the line a person reads first is the number that was changed.
+    return [
+        f"{text} from the per-chain and per-edit records" for _, text in sorted(problems, key=lambda p: p[0])
+    ]
 
 
 def check_values(document: Mapping[str, Any], where: str) -> None:

@@ -73,6 +73,48 @@ def _drop_in(store: ResultsStore, path: Path) -> str:
     return entry_id
 
 
+# -- recomputation -------------------------------------------------------------------------------------
+def test_edited_headline_metrics_with_a_recomputed_hash_are_refused_and_never_ranked(
+    run, store, tmp_path, capsys
+):
+    document = _document(run)
+    honest_ifr = document["metrics"]["ifr"]["value"]
+    document["metrics"]["ifr"]["value"] = 0.001
+    document["metrics"]["preservation"]["value"] = 0.99
+    for name in ("ifr", "preservation"):  # keep the intervals consistent with the forged values
+        value = document["metrics"][name]["value"]
+        document["metrics"][name]["interval"] = [value, value]
+    forged = _rehashed(document, tmp_path / "better.json")
+
+    code, err = _store_add(capsys, forged, store.root)
+    assert code == 2 and len(err.splitlines()) == 1
+    assert f"/metrics/ifr/value: stated 0.001, recomputed {honest_ifr:.4g}" in err
+    assert "from the per-chain and per-edit records (and " in err
+    assert not store.root.exists()
+
+    entry_id = _drop_in(store, forged)
+    assert store.scan().entries == []
+    from leaderboard.table import Board
+
+    board = Board(store.scan(), include_reported=False)
+    assert board.rows == [] and any(s.path.name == f"{entry_id}.json" for s in board.skipped)
+
+
+def test_a_forged_interval_is_refused_by_recomputation(run, store, tmp_path, capsys):
+    document = _document(run)
+    metrics = document["metrics"]
+    name = next(
+        n
+        for n in ("ifr", "preservation", "specificity")
+        if metrics[n]["interval"][0] < metrics[n]["interval"][1]
+    )
+    value = metrics[name]["value"]
+    metrics[name]["interval"] = [value, value]  # a tighter interval than the data gives
+    forged = _rehashed(document, tmp_path / "tight.json")
+    code, err = _store_add(capsys, forged, store.root)
+    assert code == 2 and f"/metrics/{name}/interval: stated [{value:.6g}, {value:.6g}]" in err, err
+
+
 # -- values ---------------------------------------------------------------------------------------------
 BAD_VALUES = [
     ("ifr-above-range", ("ifr", "value"), 1.5, "/metrics/ifr/value is 1.5; IFR lies in [0, 1]"),
