@@ -75,18 +75,22 @@ def _fmt_seconds(seconds: float) -> str:
 
 
 VERIFY_PUBLISH_SECONDS = 2.0  # how often background verification shows the rows it has verified
+# Worker processes that verify results files (each check is CPU work: processes keep requests answered).
+VERIFY_PROCESSES = max(1, min(4, (os.cpu_count() or 2) - 1))
 
 
 @dataclass
 class LeaderboardState:
     """One app's view of its store: the current board (rebuilt when the store changes) and the queue.
 
-    Results not verified yet are verified by one background thread; ``progress`` is (done, total) while it
-    runs, else None."""
+    The store is read and its new results verified by a background thread (the verification itself in
+    ``verify_processes`` worker processes, so that requests never wait for it); ``progress`` is (done,
+    total) while it runs ((0, 0) while the entries are being read), else None."""
 
     store: ResultsStore
     queue_url: str
     include_reported: bool = True
+    verify_processes: int = VERIFY_PROCESSES
     board: Board = field(init=False)
     downloads: Path = field(init=False)
     version: int = field(default=0, init=False)  # bumped whenever the board changes
@@ -99,38 +103,43 @@ class LeaderboardState:
 
     def __post_init__(self) -> None:
         self.downloads = Path(tempfile.mkdtemp(prefix="knowgic-leaderboard-"))
-        scan = self.store.scan(verify=False)
-        self.board = Board(scan, include_reported=self.include_reported)
-        self._verify_later(scan)
+        self.board = Board(StoreScan(), include_reported=self.include_reported)  # until the store is read
+        self._start(None)
 
-    def _verify_later(self, scan: StoreScan) -> None:
-        """Verify ``scan.unverified`` in a background thread (the caller holds the lock or is __init__)."""
-        if scan.unverified and not self._closed.is_set():
-            self.progress = (0, len(scan.unverified))
-            self._verifier = threading.Thread(
-                target=self._verify, args=(scan,), name="knowgic-verify", daemon=True
-            )
-            self._verifier.start()
+    def _start(self, scan: StoreScan | None) -> None:
+        """Read (``scan`` None) and verify in a background thread (the caller holds the lock or is
+        __init__)."""
+        if (scan is not None and not scan.unverified) or self._closed.is_set():
+            return
+        self.progress = (0, 0) if scan is None else (0, len(scan.unverified))
+        self._verifier = threading.Thread(
+            target=self._verify, args=(scan,), name="knowgic-verify", daemon=True
+        )
+        self._verifier.start()
 
-    def _verify(self, scan: StoreScan) -> None:
+    def _verify(self, scan: StoreScan | None) -> None:
+        if scan is None:
+            scan = self.store.scan(verify=False)
+            self._scanned_at = time.monotonic()
         entries: list[StoreEntry] = list(scan.entries)
         skipped: list[SkippedFile] = list(scan.skipped)
         total = len(scan.unverified)
+        self._publish(entries, skipped, progress=(0, total) if total else None)
         published = time.monotonic()
-        for done, path in enumerate(scan.unverified, start=1):
-            if self._closed.is_set():
-                return
-            try:
-                entries.append(self.store.load_entry(path))
-            except StoreFileError as exc:
-                skipped.append(SkippedFile(path, str(exc)))
-            except Exception as exc:  # a reader must survive any file; the reason is shown, not raised
-                skipped.append(SkippedFile(path, f"cannot verify it: {type(exc).__name__}: {exc}"))
+        outcomes = self.store.verify_entries(scan.unverified, self.verify_processes, stop=self._closed.is_set)
+        for done, (path, outcome) in enumerate(outcomes, start=1):
+            if isinstance(outcome, StoreEntry):
+                entries.append(outcome)
+            else:
+                skipped.append(SkippedFile(path, str(outcome)))
             self.progress = (done, total)
             if done < total and time.monotonic() - published >= VERIFY_PUBLISH_SECONDS:
                 self._publish(entries, skipped, progress=(done, total))
                 published = time.monotonic()
-        self._publish(entries, skipped, progress=None)
+        if self._closed.is_set():
+            return
+        if total:
+            self._publish(entries, skipped, progress=None)
         self.refresh()  # what changed in the store while this thread verified
 
     def _publish(
@@ -158,11 +167,16 @@ class LeaderboardState:
         if progress is None:
             return ""
         done, total = progress
+        if total == 0:
+            return "reading the store: rows appear as they are verified"
         return f"verifying {done:,} of {total:,} results: rows appear as they are verified"
 
-    def close(self) -> None:
-        """Stop background verification (the app is closing)."""
+    def close(self, timeout: float | None = None) -> None:
+        """Stop background verification (the app is closing); wait up to ``timeout`` s for its thread."""
         self._closed.set()
+        verifier = self._verifier
+        if verifier is not None:
+            verifier.join(timeout)
 
     def refresh(self, *, min_age_seconds: float = 0.0) -> bool:
         """Re-scan the store unless the last scan is younger than ``min_age_seconds`` (every open page's
@@ -175,7 +189,7 @@ class LeaderboardState:
                 return False
             scan = self.store.scan(verify=False)
             self._scanned_at = time.monotonic()
-            self._verify_later(scan)
+            self._start(scan)
             signature = tuple((e.entry_id, e.results_sha256) for e in scan.entries)
             skipped = [(s.path, s.reason) for s in scan.skipped]
             if signature == self.board.signature and skipped == [

@@ -85,13 +85,11 @@ def add_trusted_keys_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _crypto() -> Any:
-    try:
-        from cryptography.hazmat.primitives import serialization
-    except ImportError:  # the base install reads and writes local runs without it
-        raise KnowgicError(
-            "signed store entries need the `cryptography` package: pip install 'knowgic[runner]'"
-        ) from None
+def _serialization() -> Any:
+    # Imported when keys are used, not when a parser is built (cryptography is in the runner and
+    # leaderboard extras; a missing extra is named by the command line).
+    from cryptography.hazmat.primitives import serialization
+
     return serialization
 
 
@@ -103,7 +101,7 @@ def entry_message(record: Mapping[str, Any]) -> bytes:
 
 
 def _public_line(key: Ed25519PublicKey) -> str:
-    serialization = _crypto()
+    serialization = _serialization()
     return key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
 
 
@@ -145,7 +143,7 @@ def load_signer(path: Path | None = None) -> Signer:
     """The private key at ``path`` (default :func:`default_signing_key_path`); one line when it cannot."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    serialization = _crypto()
+    serialization = _serialization()
     path = Path(path) if path is not None else default_signing_key_path()
     try:
         data = path.read_bytes()
@@ -175,7 +173,7 @@ def generate_key(path: Path, comment: str | None = None) -> Signer:
     line to ``path.pub``; return the signer."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    serialization = _crypto()
+    serialization = _serialization()
     key = Ed25519PrivateKey.generate()
     data = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
@@ -208,7 +206,7 @@ def parse_public_line(line: str, where: str) -> TrustedKey:
     """One ``ssh-ed25519 BASE64 [comment]`` line; raises :class:`KnowgicError` naming ``where``."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    serialization = _crypto()
+    serialization = _serialization()
     parts = line.split(None, 2)
     if len(parts) < 2 or parts[0] != _SSH_TYPE:
         raise KnowgicError(f"{where}: expected 'ssh-ed25519 BASE64 [comment]', found {line[:60]!r}")

@@ -38,7 +38,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -198,6 +198,24 @@ def _read_results(
 
 def _summary(document: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in document.items() if k not in _SUMMARY_DROPS}
+
+
+def _verify_in_child(
+    results_file: str, sha: str
+) -> tuple[tuple[str, int, int] | None, dict[str, Any] | None, str | None]:
+    """In a worker process: every check of a results file; its stat key and summary, or why it fails."""
+    path = Path(results_file)
+    try:
+        stat = path.stat()
+    except OSError:
+        return None, None, None  # the reader says why when it looks again
+    key = (sha, stat.st_size, stat.st_mtime_ns)
+    try:
+        return key, _summary(_read_results(path, sha, _validator())), None
+    except StoreFileError as exc:
+        return key, None, str(exc)
+    except Exception as exc:  # a hostile file must not stop the reader: it is skipped, with the reason
+        return key, None, f"{path}: cannot verify it: {type(exc).__name__}: {exc}"
 
 
 def _now() -> str:
@@ -434,6 +452,11 @@ class ResultsStore:
         except StoreFileError as exc:
             self._failed[key] = str(exc)
             raise
+        self._remember(key, summary)
+        return summary
+
+    def _remember(self, key: tuple[str, int, int], summary: dict[str, Any]) -> None:
+        """Keep a verified summary: in memory and in the cache shared with other processes."""
         cache_file = self._cache_file(key)
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
@@ -444,7 +467,56 @@ class ResultsStore:
         except OSError:
             pass  # a read-only cache only costs speed
         self._memo[key] = summary
-        return summary
+
+    def verify_entries(
+        self, paths: Sequence[Path], processes: int, stop: Callable[[], bool] = lambda: False
+    ) -> Iterator[tuple[Path, StoreEntry | StoreFileError]]:
+        """Verify the results of entry files (``scan(verify=False).unverified``) in ``processes`` worker
+        processes (0: in this one), yielding each entry, or the error that skips it, as it is done.
+
+        Worker processes verify with the same code and return the summaries; this process keeps them
+        (memory and cache) and checks the entries' signatures itself. ``stop()`` True ends it early."""
+        if processes < 1:
+            for path in paths:
+                if stop():
+                    return
+                try:
+                    yield path, self.load_entry(path)
+                except StoreFileError as exc:
+                    yield path, exc
+            return
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        pool = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            futures = {}
+            for path in paths:
+                try:
+                    record, _ = self._record(path)
+                except (StoreFileError, OSError) as exc:
+                    yield (
+                        path,
+                        exc if isinstance(exc, StoreFileError) else StoreFileError(f"cannot read it: {exc}"),
+                    )
+                    continue
+                sha = record["results_sha256"]
+                futures[pool.submit(_verify_in_child, str(self.results_path(sha)), sha)] = path
+            for future in as_completed(futures):
+                if stop():
+                    return
+                path = futures[future]
+                key, summary, reason = future.result()
+                if summary is not None:
+                    self._remember(key, summary)
+                elif key is not None and reason is not None:
+                    self._failed[key] = reason
+                try:
+                    yield path, self.load_entry(path)
+                except StoreFileError as exc:
+                    yield path, exc
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _summary_cache_dir(self) -> Path:
         if self._cache_root is None:

@@ -172,8 +172,14 @@ def test_a_cold_store_answers_at_once_and_rows_appear_as_they_are_verified(cold_
     monkeypatch.setattr(ResultsStore, "load_entry", gated)
     app, client = _serve(store.root, root / "cache-cold")
     try:
-        _headers, rows, status = table(client)
-        assert rows == [] and "verifying 0 of 120 results" in status
+        _headers, rows, status = table(client)  # answered while the store is read or verified
+        assert rows == [] and ("reading the store" in status or "verifying 0 of 120 results" in status)
+        deadline = time.monotonic() + 120
+        while "verifying 0 of 120 results" not in status:  # read: every entry waits for verification
+            assert time.monotonic() < deadline and "reading the store" in status, status
+            time.sleep(0.2)
+            _headers, rows, status = table(client)
+        assert rows == []
         gate.set()
         deadline = time.monotonic() + 120
         while True:
