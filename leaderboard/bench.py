@@ -215,23 +215,18 @@ def run(
     return summary
 
 
-def cold_start(count: int, workdir: Path, given: Sequence[Path], watch_seconds: float) -> dict[str, Any]:
-    """Seconds from ``build_app`` on a never-verified store of ``count`` results to the first answers; then
-    how many rows background verification has shown after ``watch_seconds`` more (or when it finished)."""
+def _first_answers(root: Path, cache: Path, count: int, watch_seconds: float) -> dict[str, Any]:
+    """Serve ``root`` with an empty verification cache: seconds from ``build_app`` to the first answer of
+    the page and of the table API, and the rows shown ``watch_seconds`` later (or when all are verified)."""
     import urllib.request
 
     from gradio_client import Client
 
     from leaderboard.app import build_app, launch_app
 
-    root = workdir / f"store-cold-{count}"
-    if root.is_dir() and len(list((root / "entries").iterdir())) == count:
-        store = ResultsStore(root)  # filled by an earlier run in this --workdir; the cache below is new
-    else:
-        store = fill_store(root, real_runs(workdir / "runs", given), count)
-    shutil.rmtree(workdir / "cache-cold", ignore_errors=True)
+    shutil.rmtree(cache, ignore_errors=True)
     started = time.perf_counter()
-    app = build_app(store.root, verified_cache=workdir / "cache-cold", include_reported=False)
+    app = build_app(root, verified_cache=cache, include_reported=False)
     _, url, _ = launch_app(app, host="127.0.0.1", block=False, quiet=True)
     try:
         with urllib.request.urlopen(url, timeout=600) as response:
@@ -249,21 +244,38 @@ def cold_start(count: int, workdir: Path, given: Sequence[Path], watch_seconds: 
             time.sleep(0.1)
         watched_seconds = time.perf_counter() - started
         progress = state.progress
-        verified = count if progress is None else progress[0]
-        shown = len(state.board.rows)
     finally:
         app.leaderboard_state.close(timeout=60)  # type: ignore[attr-defined]
         with contextlib.redirect_stdout(sys.stderr):
             app.close()
     return {
-        "count": count,
         "page_seconds": page_seconds,
         "table_seconds": table_seconds,
         "first_status": first_status,
         "watched_seconds": watched_seconds,
-        "verified": verified,
-        "rows_shown": shown,
+        "verified": count if progress is None else progress[0],
+        "rows_shown": len(state.board.rows),
         "finished": progress is None,
+    }
+
+
+def cold_start(count: int, workdir: Path, given: Sequence[Path], watch_seconds: float) -> dict[str, Any]:
+    """First answers of a never-verified store of ``count`` results, against an empty store's (the same
+    server, nothing to read): the ratio says how much the store's size delays the first answer."""
+    root = workdir / f"store-cold-{count}"
+    if root.is_dir() and len(list((root / "entries").iterdir())) == count:
+        store = ResultsStore(root)  # filled by an earlier run in this --workdir; the cache is emptied
+    else:
+        store = fill_store(root, real_runs(workdir / "runs", given), count)
+    empty = ResultsStore(workdir / "store-empty")
+    empty.entries_dir.mkdir(parents=True, exist_ok=True)
+    baseline = _first_answers(empty.root, workdir / "cache-empty", 0, 0.0)
+    large = _first_answers(store.root, workdir / "cache-cold", count, watch_seconds)
+    return {
+        "count": count,
+        **large,
+        "empty_page_seconds": baseline["page_seconds"],
+        "empty_table_seconds": baseline["table_seconds"],
     }
 
 
@@ -340,13 +352,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     if args.cold:
-        print(f"cold store of {summary['count']} results (nothing verified before):")
-        print(f"  first page answer:   {summary['page_seconds']:8.2f} s")
-        print(f"  first table answer:  {summary['table_seconds']:8.2f} s  ({summary['first_status']})")
+        count = summary["count"]
+        print(f"{'first answer (s)':<22}{'empty store':>14}{f'{count} results, cold':>22}{'ratio':>8}")
+        for what in ("page", "table"):
+            empty, large = summary[f"empty_{what}_seconds"], summary[f"{what}_seconds"]
+            print(f"{what:<22}{empty:>14.2f}{large:>22.2f}{large / empty:>8.2f}")
+        print(f"first table status: {summary['first_status']}")
         state = "all verified" if summary["finished"] else "still verifying"
         print(
-            f"  after {summary['watched_seconds']:.1f} s: {summary['verified']} of {summary['count']} "
-            f"results verified, {summary['rows_shown']} rows shown ({state})"
+            f"after {summary['watched_seconds']:.1f} s: {summary['verified']} of {count} results verified, "
+            f"{summary['rows_shown']} rows shown ({state})"
         )
         return 0
     print(f"{'':<12}{args.baseline:>10} results{args.count:>10} results{'ratio':>10}")
