@@ -533,7 +533,8 @@ def build_app(
             "# KnowGIC leaderboard\nDeep knowledge editing: IFR (Indirect Fact Recovery: how much of the "
             "old fact stays deducible, lower is better), Preservation, Efficacy, Generalization, "
             "Specificity and the deep-editing score (higher is better), each with its n and 95% interval. "
-            "Rows are *verified* (run by the runner), *local* (a results.json someone ran) or *reported* "
+            "Rows are *verified* (run by the runner and signed by a worker key this leaderboard trusts), "
+            "*local* (a results.json someone ran, or any unsigned entry) or *reported* "
             "(published by the KnowGIC paper's authors). "
             'Hover a value for its interval; hover "–" for why a metric is undefined.'
         )
