@@ -104,6 +104,9 @@ class MetricCell:
     high: float | None = None
     reason: str | None = None
     interval_reason: str | None = None
+    # Below 10 effective edits (results schema 1.3): the interval's measured coverage is below its level.
+    few_edits: bool = False
+    effective_edits: float | None = None
 
     @classmethod
     def from_results(cls, entry: Mapping[str, Any] | None, missing: str) -> MetricCell:
@@ -121,6 +124,8 @@ class MetricCell:
             high=high,
             reason=entry.get("reason") if value is None else None,
             interval_reason=entry.get("interval_reason"),
+            few_edits=bool(entry.get("few_edits", False)),
+            effective_edits=entry.get("effective_edits"),
         )
 
     def html(self, level: float | None) -> str:
@@ -140,6 +145,11 @@ class MetricCell:
             hover.append(f"no interval: {self.interval_reason}")
         if self.n is not None:
             parts.append(f'<span class="kg-n">n={self.n}</span>')
+        if self.few_edits:
+            hover.append(
+                f"few edits: {self.effective_edits or 0:.1f} effective (below 10), the interval covers less"
+            )
+            parts.append('<span class="kg-few-edits">few edits</span>')
         return f'<span class="kg-metric" title="{text("; ".join(hover))}">{" ".join(parts)}</span>'
 
 
