@@ -36,3 +36,20 @@ def open_unit_fraction(text: str) -> float:
     if not 0.0 < value < 1.0:
         raise argparse.ArgumentTypeError(f"{text!r} must lie strictly between 0 and 1")
     return value
+
+
+SUBCOMMAND_METAVAR = "COMMAND"
+"""The placeholder of every sub-command choice in usage lines (``knowgic runner COMMAND ...``)."""
+
+DEFAULT_MODEL = "knowgic-tiny"
+"""The model of ``evaluate``, ``sweep`` and ``probe`` when ``--model`` is left out: the offline default."""
+
+
+def add_model_argument(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """``--model``, with the one default (:data:`DEFAULT_MODEL`) every command that loads a model shares."""
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help=f"offline name (knowgic-tiny, gemma3-270m, smollm2-135m; `knowgic models list`), hub id "
+        f"OWNER/NAME or local path{what} (default: {DEFAULT_MODEL})",
+    )

@@ -11,6 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from knowgic.argtypes import SUBCOMMAND_METAVAR
 from knowgic.clip import clip
 from knowgic.errors import KnowgicError
 from knowgic.extras import missing_extra_message
@@ -20,7 +21,8 @@ ERROR_LIMIT = 4000
 
 COMMAND_MODULES = (
     "knowgic.dataset.commands",  # dataset path, validate, publish
-    "knowgic.models.commands",  # models list, build-tiny
+    "knowgic.models.commands",  # models list, prepare
+    "knowgic.editors.commands",  # editors list
     "knowgic.evaluation.commands",  # evaluate, bench
     "runner.store_commands",  # store add, store list
     "runner.commands",  # runner submit, worker, status, logs, requeue, cancel
@@ -41,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(
         dest="command",
-        metavar="COMMAND",
+        metavar=SUBCOMMAND_METAVAR,
         parser_class=_Parser,
         help="what to do (COMMAND --help: its options)",
     )

@@ -10,8 +10,10 @@ knowgic store trust KEY.pub      add a worker's public key to this host's truste
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
+from knowgic.argtypes import SUBCOMMAND_METAVAR
 from knowgic.errors import KnowgicError
 
 
@@ -55,6 +57,30 @@ def _list(args: argparse.Namespace) -> int:
         raise KnowgicError(f"results store {root} does not exist")
     store = ResultsStore(root, trusted_keys=TrustedKeys.load(args.trusted_keys))
     scan = store.scan()
+    if args.json:
+        report = {
+            "store": str(store.root),
+            "runs": [
+                {
+                    "entry_id": e.entry_id,
+                    "source": e.source,
+                    "trust": e.trust,
+                    "model": e.summary["config"]["model"],
+                    "editor": e.summary["config"]["editor"],
+                    "protocol": e.summary["config"]["protocol"],
+                    "mode": e.summary["config"]["mode"],
+                    "dataset_version": e.summary["dataset"]["version"],
+                    "results_sha256": e.results_sha256,
+                    "results_file": str(e.results_file),
+                    "added_at": e.added_at,
+                    "label": e.label,
+                }
+                for e in scan.entries
+            ],
+            "skipped": [{"path": str(k.path), "reason": k.reason} for k in scan.skipped],
+        }
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+        return 0
     for entry in scan.entries:
         config = entry.summary["config"]
         print(
@@ -127,7 +153,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="add local runs to a results store, list what a store holds",
         description="The results store that the runner writes and the leaderboard reads.",
     )
-    sub = p.add_subparsers(dest="store_command", metavar="STORE_COMMAND", help="what to do with the store")
+    sub = p.add_subparsers(dest="store_command", metavar=SUBCOMMAND_METAVAR, help="what to do with the store")
     sub.required = True
     add = sub.add_parser(
         "add",
@@ -153,6 +179,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     _store_argument(ls)
     add_trusted_keys_option(ls)
+    ls.add_argument("--json", action="store_true", help="print the runs and skipped files as JSON")
     ls.set_defaults(func=_list)
     keygen = sub.add_parser(
         "keygen",

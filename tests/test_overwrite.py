@@ -155,23 +155,19 @@ def test_readers_never_see_a_missing_or_mixed_run(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
-def test_sweep_refuses_to_replace_runs_and_summary(capsys, tmp_path: Path) -> None:
+def test_sweep_refuses_to_replace_runs_of_another_request(capsys, tmp_path: Path) -> None:
+    """A rerun of the same sweep resumes (tests/test_newcomer.py); one of another request is refused, and
+    --overwrite runs every editor anew."""
     out = tmp_path / "sweep"
     sweep = ["sweep", "--model", "knowgic-tiny", "--editors", "none", "--limit", "1", "--out", str(out)]
     assert run(capsys, *sweep)[0] == 0
     before = (out / "summary.md").read_bytes(), _snapshot(out / "none")
 
-    code, _, err = run(capsys, *sweep)
+    code, _, err = run(capsys, *sweep, "--seed", "1")
     assert code == 2 and err.count("\n") == 1
-    assert f"{out / 'summary.md'} already holds a sweep's table; pass --overwrite" in err
-
-    (out / "summary.md").unlink()  # the editors' runs alone are protected too
-    code, _, err = run(capsys, *sweep)
-    assert code == 2
-    assert (
-        f"{out / 'none'} already holds a run (editor none on knowgic-tiny, " in err and "--overwrite" in err
-    )
-    assert _snapshot(out / "none") == before[1]
+    assert f"{out / 'none'} holds a finished run of another request (seed 0 there, 1 asked)" in err
+    assert "--overwrite" in err
+    assert _snapshot(out / "none") == before[1] and (out / "summary.md").read_bytes() == before[0]
 
     code, _, _ = run(capsys, *sweep, "--overwrite")
     assert code == 0
@@ -179,6 +175,11 @@ def test_sweep_refuses_to_replace_runs_and_summary(capsys, tmp_path: Path) -> No
     after = json.loads((out / "none" / "results.json").read_text(encoding="utf-8"))
     assert after["created_at"] >= json.loads(before[1]["results.json"])["created_at"]
     assert after["sha256"] != json.loads(before[1]["results.json"])["sha256"]  # timings differ: a new run
+
+
+def test_sweep_refuses_a_folder_that_is_one_run(capsys, existing: Path) -> None:
+    code, _, err = run(capsys, "sweep", "--editors", "none", "--limit", "1", "--out", str(existing))
+    assert code == 2 and "holds a single run (results.json)" in err
 
 
 def test_overwrite_without_an_atomic_exchange(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

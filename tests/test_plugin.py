@@ -83,12 +83,27 @@ def test_example_by_module_class(random_gpt2, fresh_example, monkeypatch):
     _check_real_edit(cls, *random_gpt2)
 
 
-def test_example_editor_is_under_40_lines():
+def test_example_editor_is_under_60_lines():
     lines = (EXAMPLE / "knowgic_rank_one" / "editor.py").read_text(encoding="utf-8").splitlines()
-    assert len(lines) < 40
+    assert len(lines) < 60
     readme = (EXAMPLE / "README.md").read_text(encoding="utf-8")
-    # the README shows the editor exactly as shipped
+    # the READMEs (the example's and the project's) show the editor exactly as shipped
     assert "\n".join(lines) in readme
+    assert "\n".join(lines) in (EXAMPLE.parents[1] / "README.md").read_text(encoding="utf-8")
+
+
+def test_a_typo_in_the_example_hparams_is_refused(tmp_path, fresh_example, monkeypatch):
+    """The example declares hparams_schema, so `layre: 1` is an error naming the key, not a silent default."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    cls = resolve_editor(TARGET)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(EXAMPLE_HPARAMS.read_text(encoding="utf-8").replace("layer:", "layre:"), encoding="utf-8")
+    with pytest.raises(KnowgicError, match=r"/layre: unknown key \(did you mean 'layer'\?\)"):
+        load_hparams(cls.name, "random-gpt2", "gpt2", path=typo, editor_schema=cls.hparams_schema)
+    bad_value = tmp_path / "bad.yaml"
+    bad_value.write_text("layer: -1\n", encoding="utf-8")
+    with pytest.raises(KnowgicError, match="/layer"):
+        load_hparams(cls.name, "random-gpt2", "gpt2", path=bad_value, editor_schema=cls.hparams_schema)
 
 
 # ---- (2) entry points

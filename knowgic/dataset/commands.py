@@ -9,6 +9,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from knowgic.argtypes import SUBCOMMAND_METAVAR
+
 
 def _cmd_path(args: argparse.Namespace) -> int:
     from knowgic.dataset.versions import version_dir
@@ -95,7 +97,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add ``dataset``, ``validate`` and ``publish`` to the ``knowgic`` command line."""
     ds = subparsers.add_parser("dataset", help="where the dataset versions are, and what is in them")
-    ds_sub = ds.add_subparsers(dest="dataset_command", metavar="SUBCOMMAND", help="what to show")
+    ds_sub = ds.add_subparsers(dest="dataset_command", metavar=SUBCOMMAND_METAVAR, help="what to show")
     ds_sub.required = True
     p = ds_sub.add_parser(
         "path", help="print the folder of a dataset version (a Hugging Face dataset folder)"
@@ -109,9 +111,10 @@ def register(subparsers: Any) -> None:
 
     v = subparsers.add_parser(
         "validate",
-        help="check rows (JSON, JSON Lines, Parquet) or a dataset folder against the schemas",
+        help="check rows (JSON, JSON Lines, Parquet), a dataset folder or a results.json against the schemas",
         description="Schema errors (exit 1) name the row, the JSON pointer and what was expected; "
-        "semantic findings are warnings (exit 0).",
+        "semantic findings are warnings (exit 0). A results document (results.json, or a run folder holding "
+        "one) is checked against results.schema.json and its own sha256.",
     )
     v.add_argument("path", help="a .json/.jsonl/.parquet file of rows, an alias map, or a dataset folder")
     v.add_argument("--json", action="store_true", help="print a machine-readable report")

@@ -117,7 +117,10 @@ class ValidationReport:
 
     def render_text(self) -> str:
         counts = ", ".join(f"{n} {c} rows" for c, n in self.rows.items()) or "no rows"
-        lines = [f"Validated {self.path} ({self.kind}: {counts}; alias map: {self.aliases or 'none'})"]
+        if self.kind == "results":
+            lines = [f"Validated {self.path} (a results document, against results.schema.json)"]
+        else:
+            lines = [f"Validated {self.path} ({self.kind}: {counts}; alias map: {self.aliases or 'none'})"]
         lines += [f"note: {clip(n, LINE_LIMIT)}" for n in self.notes]
         if self.errors:
             lines.append(f"{len(self.errors)} errors:")
@@ -418,6 +421,8 @@ def validate_file(
             if not text.strip():
                 raise UnreadableInput(f"{path}: the file is empty")
             data = parse_json(text, str(path))
+            if config is None and is_results_document(data):
+                return _validate_results(path, data)
             if config is None and is_alias_map(data):
                 report.kind = "aliases"
                 errs = alias_errors(data, str(path))
@@ -442,6 +447,37 @@ def validate_file(
         report.notes.append("no alias map given or found beside the file: alias checks skipped")
     if valid:
         report.warnings.extend(semantic_findings(config, valid, aliases))
+    return report
+
+
+def is_results_document(data: Any) -> bool:
+    """A results document of ``knowgic evaluate`` (results.schema.json), not rows: its top-level keys say so."""
+    return isinstance(data, dict) and {"schema_version", "config", "metrics", "dataset"} <= data.keys()
+
+
+def _validate_results(path: Path, document: dict[str, Any]) -> ValidationReport:
+    """Check a results document against spec/schemas/results.schema.json and its own content hash."""
+    from knowgic.evaluation.results import content_sha256, validation_errors
+
+    report = ValidationReport(path=str(path), kind="results")
+    for line in validation_errors(document):
+        pointer, _, message = line.partition(": ")
+        report.errors.append(SchemaError(message, str(path), config="results", pointer=pointer))
+    if not report.errors and document.get("sha256") != content_sha256(document):
+        report.errors.append(
+            SchemaError(
+                "the recorded sha256 does not match the content (edited after it was written?)",
+                str(path),
+                config="results",
+                pointer="/sha256",
+            )
+        )
+    if not report.errors:
+        c = document["config"]
+        report.notes.append(
+            f"{c['editor']} on {c['model']}, KnowGIC {document['dataset']['version']}, {c['protocol']}, "
+            f"{c['mode']}; schema and sha256 verified"
+        )
     return report
 
 
@@ -641,5 +677,8 @@ def validate_path(
     if aliases_path is not None and not aliases_path.is_file():
         raise KnowgicError(f"alias map {aliases_path} does not exist")
     if path.is_dir():
+        run_file = path / "results.json"
+        if config is None and run_file.is_file() and not (path / "README.md").exists():
+            return validate_file(run_file, aliases_path)  # a run folder, not a dataset folder
         return validate_folder(path, aliases_path)
     return validate_file(path, aliases_path, config)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from knowgic.argtypes import open_unit_fraction, positive_int
+from knowgic.argtypes import add_model_argument, open_unit_fraction, positive_int
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
 from knowgic.uncertainty import DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED
@@ -64,11 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Evaluate an editing method on KnowGIC and print the table of its metrics; results.json "
         "and plots are written to --out (without --out nothing is saved).",
     )
-    p.add_argument(
-        "--model",
-        required=True,
-        help="offline name (knowgic-tiny, gemma3-270m, smollm2-135m), hub id or path",
-    )
+    add_model_argument(p)
     p.add_argument(
         "--editor",
         required=True,
@@ -118,19 +114,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s = subparsers.add_parser(
         "sweep",
         help="run several editors on one model and print a Markdown table of their metrics",
-        description="Evaluate several editors on one model (loaded once); writes DIR/<editor>/ and DIR/summary.md.",
+        description="Evaluate several editors on one model (loaded once); writes OUT/<editor>/ and OUT/summary.md "
+        "and prints the table. Run again after an interruption, it reuses the editors' finished runs.",
     )
-    s.add_argument(
-        "--model",
-        default="knowgic-tiny",
-        help="offline name, hub id or path, loaded once (default: knowgic-tiny)",
-    )
+    add_model_argument(s, ", loaded once for every editor")
     s.add_argument(
         "--editors",
         default=",".join(BASELINES),
         help=f"comma-separated editors (default: {','.join(BASELINES)})",
     )
     s.add_argument("--protocol", help="scoring protocol (default: the spec's default_protocol)")
+    s.add_argument(
+        "--protocol-param",
+        action="append",
+        default=[],
+        type=_protocol_param,
+        metavar="KEY=VALUE",
+        help="override a protocol parameter from spec/benchmark.yaml, e.g. k=10 (repeatable)",
+    )
+    s.add_argument(
+        "--seed", type=int, default=0, help="seed of the editors' and the generate protocol's randomness"
+    )
     s.add_argument("--mode", help="independent or sequential (default: the spec's default_mode)")
     s.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
     s.add_argument("--limit", type=positive_int, help="evaluate only the first N distinct edits")
@@ -142,13 +146,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--out",
         type=Path,
         required=True,
-        help="output folder: one sub-folder of results per editor, and summary.md (the table); existing "
-        "runs or summary.md there are refused unless --overwrite is given",
+        help="output folder: one sub-folder of results per editor, and summary.md (the table). A sweep "
+        "resumes: an editor whose folder holds a finished run of the same request is not run again; a run "
+        "of another request there is refused unless --overwrite is given",
     )
     s.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace the editors' runs and summary.md already in --out (each run atomically)",
+        help="run every editor anew, replacing the runs already in --out (each atomically) and summary.md",
+    )
+    s.add_argument(
+        "--json",
+        action="store_true",
+        help="print the runs (editor, folder, reused or not, every metric) as JSON instead of the table",
     )
     _add_stats_arguments(s, "applied to the editors with key statistics, the others run as they are")
     s.set_defaults(func=run_sweep_command)
@@ -170,6 +180,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     m.add_argument("--out", type=Path, help="also write the table to this Markdown file")
     m.add_argument("--overwrite", action="store_true", help="replace the file --out names when it exists")
+    m.add_argument(
+        "--json", action="store_true", help="print the runs (editor, file, every metric) as JSON instead"
+    )
     m.set_defaults(func=run_summarize)
 
     q = subparsers.add_parser(
@@ -178,9 +191,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Apply one edit of the benchmark, score the rewrite prompt, the question form, the "
         "subject's other facts and any facts you name before and after it, then restore the model.",
     )
-    q.add_argument(
-        "--model", default="knowgic-tiny", help="offline name, hub id or path (default: knowgic-tiny)"
-    )
+    add_model_argument(q)
     q.add_argument("--editor", required=True, help="built-in, entry-point name, or module:Class")
     q.add_argument(
         "--hparams", type=Path, help="hparams YAML (default: the shipped file for this editor and model)"
@@ -383,6 +394,9 @@ def print_results(
                 _note(sub),
             )
     console.print(table)
+    ifr = metrics_spec.get("ifr")
+    if ifr is not None:  # the headline metric in words, from its declaration
+        console.print(f"{ifr.label} ({ifr.direction} is better) = {ifr.description}")
     console.print(
         f"chains {n['chains']} (active {n['active_chains']}, still recoverable {n['recoverable_chains']}), "
         f"edits {n['edits']}, broader-context facts {n['preservation_facts']} "
@@ -412,10 +426,10 @@ def print_results(
 
 
 def run_sweep_command(args: argparse.Namespace) -> int:
-    from knowgic.evaluation.sweep import run_sweep
+    from knowgic.evaluation.sweep import run_folder, run_sweep
 
     editors = [e.strip() for e in args.editors.split(",") if e.strip()]
-    _, table = run_sweep(
+    documents, table = run_sweep(
         model=args.model,
         editors=editors,
         out_dir=args.out,
@@ -431,25 +445,60 @@ def run_sweep_command(args: argparse.Namespace) -> int:
         report=_log_line,
         log=None if sys.stderr.isatty() else _log_line,
         overwrite=args.overwrite,
+        seed=args.seed,
+        protocol_overrides=dict(args.protocol_param),
     )
+    summary = args.out / "summary.md"
+    if args.json:
+        paths = [run_folder(args.out, d["config"]["editor"]) / "results.json" for d in documents]
+        _print_runs_json(documents, paths, summary=summary)
+        print(f"summary: {summary}", file=sys.stderr)
+        return 0
     print(table)
+    print(f"summary: {summary}")
     return 0
+
+
+def _print_runs_json(documents: list[dict[str, Any]], paths: list[Path], summary: Path | None = None) -> None:
+    """Runs as JSON: each run's editor, results file, sha256, config and every metric (value, n, interval)."""
+    import json
+
+    runs = [
+        {
+            "editor": d["config"]["editor"],
+            "results": str(path),
+            "sha256": d["sha256"],
+            "config": d["config"],
+            "dataset": d["dataset"],
+            "counts": d["counts"],
+            "metrics": d["metrics"],
+        }
+        for d, path in zip(documents, paths, strict=True)
+    ]
+    report: dict[str, Any] = {"runs": runs}
+    if summary is not None:
+        report["summary"] = str(summary)
+    print(json.dumps(report, indent=2, ensure_ascii=False))
 
 
 def run_summarize(args: argparse.Namespace) -> int:
     from knowgic.evaluation.results import write_atomic
-    from knowgic.evaluation.sweep import summarize
+    from knowgic.evaluation.sweep import summarized_runs, summary_table
 
     if args.out is not None and args.out.exists() and not args.overwrite:
         raise KnowgicError(f"{args.out} exists; pass --overwrite to replace it, or choose another file")
-    table = summarize(args.results)
+    documents, folders = summarized_runs(args.results)
+    table = summary_table(documents, sources=folders)
     if args.out is not None:
         try:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(args.out, table.encode("utf-8"))
         except OSError as exc:
             raise KnowgicError(f"cannot write {args.out}: {exc}") from None
-    print(table)
+    if args.json:
+        _print_runs_json(documents, [f / "results.json" if f.is_dir() else f for f in folders])
+    else:
+        print(table)
     return 0
 
 
@@ -559,7 +608,7 @@ def run_probe_command(args: argparse.Namespace) -> int:
     facts = [parse_fact(text, f"--fact {i + 1}") for i, text in enumerate(args.fact)]
     if args.facts_file is not None:
         facts += read_facts_file(args.facts_file)
-    request, rows, info = run_probe(
+    request, rows, info, restore = run_probe(
         model=args.model,
         editor=args.editor,
         subject=args.subject,
@@ -572,7 +621,10 @@ def run_probe_command(args: argparse.Namespace) -> int:
         progress=sys.stderr.isatty(),
     )
     if args.json:
-        print(json.dumps({"edit": asdict(request), "rows": [asdict(r) for r in rows], "info": info}))
+        rows_json = [asdict(r) for r in rows]
+        print(
+            json.dumps({"edit": asdict(request), "rows": rows_json, "info": info, "restore": asdict(restore)})
+        )
         return 0
     table = Table(
         title=f"{args.editor} on {args.model}: {request.prompt.format(request.subject)} "
@@ -584,7 +636,9 @@ def run_probe_command(args: argparse.Namespace) -> int:
         known = f"{'yes' if r.known_pre else 'no'} -> {'yes' if r.known_post else 'no'}"
         table.add_row(r.role, repr(r.text), r.answer, f"{r.p_pre:.4f}", f"{r.p_post:.4f}", known)
     # Piped or logged output gets whole lines rather than a table folded to 80 columns.
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(table)
+    console.print(restore.line())
     return 0
 
 

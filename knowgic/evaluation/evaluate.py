@@ -36,6 +36,7 @@ from knowgic.evaluation.reproducibility import reproducibility
 from knowgic.evaluation.results import (
     RESULTS_SCHEMA_VERSION,
     check_no_run,
+    check_not_a_runs_folder,
     check_writable,
     environment,
     finalize,
@@ -90,6 +91,7 @@ class EvaluationRun:
 def check_request(request: EvaluationRequest) -> type[Editor]:
     """Validate everything that does not need the model; return the editor class."""
     from knowgic.dataset.versions import version_dir
+    from knowgic.models.loading import resolve_source
     from knowgic.scoring import make_scorer
 
     spec = load_evaluation_spec()
@@ -128,7 +130,9 @@ def check_request(request: EvaluationRequest) -> type[Editor]:
         )
     if request.out_dir is not None:
         check_writable(request.out_dir)
+        check_not_a_runs_folder(Path(request.out_dir))
         check_no_run(request.out_dir, request.overwrite)
+    resolve_source(request.model)  # a mistyped or impossible model name fails here, before the hub is asked
     return editor_cls
 
 

@@ -24,6 +24,18 @@ from knowgic.yamlfile import read_yaml
 
 
 @dataclass(frozen=True)
+class RestoreCheck:
+    """The model after ``restore()``: every parameter and buffer compared with its digest from before."""
+
+    tensors: int
+    identical: bool
+
+    def line(self) -> str:
+        verdict = "identical to" if self.identical else "DIFFERENT from"
+        return f"restore check: all {self.tensors} parameters and buffers {verdict} before the edit (digests)"
+
+
+@dataclass(frozen=True)
 class ProbeRow:
     """One probed fact: ``P(answer | prompt.format(subject))`` (max over aliases) before and after."""
 
@@ -122,8 +134,11 @@ def run_probe(
     dtype: str = "float32",
     device: str = "auto",
     progress: bool = True,
-) -> tuple[EditRequest, list[ProbeRow], dict[str, Any]]:
-    """Score the probe facts, apply the edit, score them again, restore (checked). Returns the edit info too."""
+) -> tuple[EditRequest, list[ProbeRow], dict[str, Any], RestoreCheck]:
+    """Score the probe facts, apply the edit, score them again, restore (checked).
+
+    Returns the edit, the rows, the editor's info and the restore check (a failed check raises).
+    """
     from knowgic.evaluation.evaluate import EvaluationRequest, check_request, make_editor
     from knowgic.evaluation.fingerprint import assert_restored, fingerprint
     from knowgic.models.loading import load_model
@@ -156,8 +171,9 @@ def run_probe(
         finally:
             handle.restore()
         assert_restored(loaded.model, stamps, edit_method.name)
+    restore = RestoreCheck(tensors=len(stamps), identical=True)
     rows = [
         ProbeRow(role, q.text, q.answers[0], float(a), float(b), bool(ka), bool(kb))
         for (role, q), a, b, ka, kb in zip(queries, pre.p, post.p, pre.known, post.known, strict=True)
     ]
-    return request, rows, dict(handle.info)
+    return request, rows, dict(handle.info), restore

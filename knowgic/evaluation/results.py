@@ -232,6 +232,27 @@ def check_no_run(out_dir: Path, overwrite: bool, flag: str = "--overwrite") -> N
         )
 
 
+def check_not_a_runs_folder(out_dir: Path) -> None:
+    """Refuse an ``--out`` that holds other runs in sub-folders (a sweep's or a results folder).
+
+    A run written there would land loose among them, and ``knowgic summarize`` of the folder would show it
+    alone. Refused whatever ``--overwrite`` says: it replaces a run, not a folder of runs.
+    """
+    if not out_dir.is_dir():
+        return
+    try:
+        children = sorted(out_dir.iterdir())
+    except OSError:
+        return  # check_writable reports an unreadable folder
+    held = [c for c in children if c.is_dir() and (c / "results.json").is_file()]
+    if held or (out_dir / "summary.md").is_file():
+        example = held[0].name if held else "summary.md"
+        raise KnowgicError(
+            f"{out_dir} holds other runs ({len(held)} run folder(s), e.g. {example}); give this run a folder "
+            f"of its own, e.g. --out {out_dir / 'NAME'}"
+        )
+
+
 def _holds_only_run_files(folder: Path) -> bool:
     """True when everything in ``folder`` is a run's file (or a run's leftover staging folder)."""
     return all(entry in RUN_FILE_NAMES or entry.startswith(_STAGING_PREFIX) for entry in os.listdir(folder))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from typing import Any
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
 from knowgic.evaluation.evaluate import EvaluationRequest, check_request, evaluate
-from knowgic.evaluation.results import check_writable, load_results, write_atomic
+from knowgic.evaluation.results import check_writable, describe_run, load_results, write_atomic
 from knowgic.metrics import MAX_CHAIN_LENGTH
 from knowgic.uncertainty import (
     DEFAULT_LEVEL,
@@ -217,6 +216,12 @@ def summarize(paths: Sequence[str | Path]) -> str:
     mode, limit, dtype, device and seed, else the table's footnote (one setting for all rows) would be false.
     Rows are ordered as `knowgic sweep` orders them; runs of one editor are told apart by their folders.
     """
+    documents, folders = summarized_runs(paths)
+    return summary_table(documents, sources=folders)
+
+
+def summarized_runs(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], list[Path]]:
+    """The verified runs :func:`summarize` tabulates, in its row order, with their folders."""
     files = results_paths(paths)
     if not files:
         raise KnowgicError("no results files given")
@@ -228,7 +233,7 @@ def summarize(paths: Sequence[str | Path]) -> str:
             raise KnowgicError(f"runs differ in {label}, one table cannot compare them: {listed}")
     folders = [path.parent if path.name == "results.json" else path for path in files]
     rows = sorted(zip(documents, folders, strict=True), key=lambda pair: _sweep_order(*pair))
-    return summary_table([d for d, _ in rows], sources=[f for _, f in rows])
+    return [d for d, _ in rows], [f for _, f in rows]
 
 
 def run_sweep(
@@ -247,12 +252,19 @@ def run_sweep(
     report: Callable[[str], None] | None = None,
     log: Callable[[str], None] | None = None,
     overwrite: bool = False,
+    seed: int = 0,
+    protocol_overrides: Mapping[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
     """``stats_corpus``/``stats_samples`` go to the editors with key statistics (ROME, MEMIT, ...) only.
 
     ``report`` gets one line per finished editor (a sweep of a real model runs for hours), ``log`` one line
-    per finished edit (see :func:`~knowgic.evaluation.evaluate.evaluate`). Runs or a summary.md already in
-    ``out_dir`` are refused before any work unless ``overwrite``.
+    per finished edit (see :func:`~knowgic.evaluation.evaluate.evaluate`).
+
+    A sweep resumes: an editor whose folder already holds a finished run of the same request (model,
+    dataset version and hash, protocol and its parameters, mode, seed, limit, dtype, device, hparams,
+    package version) is not run again, its run is reused. A folder holding a run of another request, or one
+    that cannot be verified, is refused before any work unless ``overwrite`` (which runs every editor anew).
+    summary.md is written from all the runs at the end.
     """
     from knowgic.editors.registry import resolve_editor
     from knowgic.models.loading import load_model
@@ -266,12 +278,12 @@ def run_sweep(
             f"--stats-corpus/--stats-samples: none of the editors {', '.join(editors)} uses key statistics"
         )
     check_writable(out_dir)
-    summary_path = out_dir / "summary.md"
-    if os.path.lexists(summary_path) and not overwrite:
+    if (out_dir / "results.json").is_file():
         raise KnowgicError(
-            f"{summary_path} already holds a sweep's table; pass --overwrite to replace it and the runs "
-            "of the editors, or choose another folder"
+            f"{out_dir} holds a single run (results.json); a sweep writes one folder per editor, choose "
+            "another folder"
         )
+    summary_path = out_dir / "summary.md"
     # Protocol and mode left as None take the spec's defaults (EvaluationRequest's field defaults).
     chosen = {k: v for k, v in (("protocol", protocol), ("mode", mode)) if v is not None}
     requests = [
@@ -283,27 +295,131 @@ def run_sweep(
             limit=limit,
             dtype=dtype,
             device=device,
-            out_dir=out_dir / editor.replace(":", "_").replace("/", "_"),
+            seed=seed,
+            protocol_overrides=dict(protocol_overrides or {}),
+            out_dir=run_folder(out_dir, editor),
             overwrite=overwrite,
             **(stats if editor in with_stats else {}),
         )
         for editor in editors
     ]
-    for request in requests:  # every editor name is checked before anything runs
-        check_request(request)
+    finished: dict[int, dict[str, Any]] = {}
+    for i, request in enumerate(requests):  # every editor and every folder is checked before anything runs
+        if not overwrite and request.out_dir is not None and describe_run(request.out_dir) is not None:
+            finished[i] = _finished_run(request)
+        else:
+            check_request(request)
     loaded = load_model(model, dtype=dtype, device=device, progress=progress)
+    for i, document in finished.items():  # what only the loaded model tells: hparams, device, chat
+        _check_same_run(document, requests[i], _after_load_settings(requests[i], loaded))
     documents = []
     start = time.perf_counter()
     for i, request in enumerate(requests, 1):
-        document = evaluate(request, progress=progress, loaded=loaded, log=log).document
+        reused = i - 1 in finished
+        if reused:
+            document = finished[i - 1]
+        else:
+            document = evaluate(request, progress=progress, loaded=loaded, log=log).document
         documents.append(document)
         if report is not None:
             ifr, seconds = document["metrics"]["ifr"]["value"], document["timing"]["total_seconds"]
+            how = "finished run reused" if reused else f"{seconds:.0f} s"
             report(
                 f"[{i}/{len(requests)}] {request.editor}: IFR {'–' if ifr is None else f'{ifr:.3f}'}, "
-                f"{seconds:.0f} s, {request.out_dir}"
+                f"{how}, {request.out_dir}"
             )
     table = summary_table(documents)
-    table += f"\nSweep wall time: {time.perf_counter() - start:.0f} s.\n"
+    reused_note = f" ({len(finished)} of {len(requests)} editors' runs reused)" if finished else ""
+    table += f"\nSweep wall time: {time.perf_counter() - start:.0f} s{reused_note}.\n"
     write_atomic(summary_path, table.encode("utf-8"))
     return documents, table
+
+
+def run_folder(out_dir: Path, editor: str) -> Path:
+    """The sub-folder of a sweep's ``out_dir`` that holds ``editor``'s run."""
+    return out_dir / editor.replace(":", "_").replace("/", "_")
+
+
+def _expected_settings(request: EvaluationRequest) -> dict[str, Any]:
+    """What a run of ``request`` records, as far as it is known before the model loads."""
+    import knowgic
+    from knowgic.dataset.loading import dataset_ref
+    from knowgic.scoring import make_scorer
+
+    ref = dataset_ref(request.dataset_version, config="chains")
+    overrides = dict(request.protocol_overrides)
+    if request.protocol == "generate":
+        overrides.setdefault("seed", request.seed)
+    params = {k: v for k, v in make_scorer(request.protocol, **overrides).params.items() if k != "chat"}
+    return {
+        "model": request.model,
+        "editor": request.editor,
+        "dataset": f"{ref.version} ({ref.sha256[:12]})",
+        "protocol": request.protocol,
+        **{f"protocol parameter {k}": v for k, v in params.items()},
+        "mode": request.mode,
+        "seed": request.seed,
+        "limit": request.limit,
+        "dtype": request.dtype,
+        "knowgic version": knowgic.__version__,
+    }
+
+
+def _after_load_settings(request: EvaluationRequest, loaded: Any) -> dict[str, Any]:
+    """What a run of ``request`` records that only the loaded model tells: hparams, device, chat."""
+    from knowgic.editors.hparams import hparams_sha256
+    from knowgic.editors.registry import resolve_editor
+    from knowgic.evaluation.evaluate import make_editor
+
+    _, hparams, _ = make_editor(request, resolve_editor(request.editor), loaded)
+    settings = {"hparams sha256": hparams_sha256(hparams)[:12], "device": loaded.device}
+    if request.protocol in ("generate", "greedy") and "chat" not in request.protocol_overrides:
+        settings["protocol parameter chat"] = loaded.is_chat
+    return settings
+
+
+def _recorded(document: Mapping[str, Any], name: str) -> Any:
+    c, d = document["config"], document["dataset"]
+    recorded = {
+        "dataset": f"{d['version']} ({d['sha256'][:12]})",
+        "knowgic version": document.get("knowgic_version"),
+        "hparams sha256": str(c.get("hparams_sha256"))[:12],
+    }
+    if name in recorded:
+        return recorded[name]
+    if name.startswith("protocol parameter "):
+        return c["protocol_params"].get(name.removeprefix("protocol parameter "))
+    return c.get(name)
+
+
+def _check_same_run(
+    document: Mapping[str, Any], request: EvaluationRequest, expected: Mapping[str, Any]
+) -> None:
+    """Refuse in one line a finished run that another request made: a sweep reuses only what it would make."""
+    differ = [
+        f"{name} {_recorded(document, name)!r} there, {value!r} asked"
+        for name, value in expected.items()
+        if _recorded(document, name) != value
+    ]
+    if differ:
+        raise KnowgicError(
+            f"{request.out_dir} holds a finished run of another request ({'; '.join(differ)}); pass "
+            "--overwrite to replace the runs, or choose another folder"
+        )
+
+
+def _finished_run(request: EvaluationRequest) -> dict[str, Any]:
+    """The verified run in ``request.out_dir`` when it is one ``request`` would make, else a one-line error."""
+    assert request.out_dir is not None
+    path = request.out_dir / "results.json"
+    if not path.is_file():
+        raise KnowgicError(
+            f"{request.out_dir} holds {describe_run(request.out_dir)} but no results.json; pass --overwrite "
+            "to replace it, or choose another folder"
+        )
+    try:
+        document = load_results(path)
+    except KnowgicError as exc:
+        raise KnowgicError(f"{exc}; pass --overwrite to replace the run, or choose another folder") from None
+    _check_same_run(document, request, _expected_settings(request))
+    return document

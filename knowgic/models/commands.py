@@ -7,12 +7,15 @@ import json
 import time
 from typing import Any
 
+from knowgic.argtypes import SUBCOMMAND_METAVAR
 from knowgic.models import registry
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("models", help="offline models: list them, prepare one for fast loading")
-    sub = parser.add_subparsers(dest="models_command", metavar="ACTION", help="what to do with models")
+    sub = parser.add_subparsers(
+        dest="models_command", metavar=SUBCOMMAND_METAVAR, help="what to do with models"
+    )
     sub.required = True
 
     list_parser = sub.add_parser("list", help="offline model names, whether installed and cached")

@@ -12,6 +12,7 @@ GGUF file's sha256 for GGUF files, and for local folders a sha256 over the weigh
 
 from __future__ import annotations
 
+import difflib
 import os
 import time
 from dataclasses import dataclass
@@ -115,7 +116,33 @@ def resolve_source(name_or_path: str) -> ModelSource:
         return _local_source(name, path)
     if _looks_like_path(name):
         raise KnowgicError(f"model {name!r}: no such file or folder; {_offline_hint()}")
+    _check_hub_id(name)
     return ModelSource(HUB, name)
+
+
+def _check_hub_id(name: str) -> None:
+    """Refuse, without going to the hub, a name that cannot be a hub id or looks like a mistyped offline name.
+
+    A name without an owner (``knowgic-tinny``) that is close to an offline name is taken for a typo: hub ids
+    without an owner are the hub's few legacy models (``gpt2``), none of them near an offline name.
+    """
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError as exc:
+        raise KnowgicError(
+            f"model {name!r} is not an offline name, an existing path or a possible hub id "
+            f"({_first_line(exc)}); {_offline_hint()}"
+        ) from None
+    if "/" not in name:
+        close = difflib.get_close_matches(name.lower(), registry.offline_names(), n=1, cutoff=0.75)
+        if close:
+            raise KnowgicError(
+                f"unknown model {name!r}: did you mean {close[0]!r}? ({_offline_hint()}; a hub model is named "
+                "OWNER/NAME)"
+            )
 
 
 def _local_source(name: str, path: Path) -> ModelSource:

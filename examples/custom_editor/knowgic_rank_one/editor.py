@@ -1,6 +1,8 @@
 """Rank-one fine-tuning: W' = W + u k^T / ||k||^2 on one MLP output projection, k its input at the
 subject's last token (mean over requests), u learned by Adam on -log P(target_new | rewrite prompt)."""
 
+from typing import ClassVar
+
 import torch
 
 from knowgic.editors import EditHandle, Editor, snapshot_restore
@@ -10,6 +12,16 @@ from knowgic.editors.ft import rewrite_batch, rewrite_nll
 
 class RankOneFT(Editor):
     name = "rank-one-ft"
+    # Checked before the run: a typo in the YAML (`layre: 1`) is an error, not a silently ignored key.
+    hparams_schema: ClassVar[dict] = {
+        "type": "object",
+        "properties": {
+            "layer": {"type": "integer", "minimum": 0},
+            "steps": {"type": "integer", "minimum": 1},
+            "lr": {"type": "number", "exclusiveMinimum": 0},
+        },
+        "additionalProperties": False,
+    }
 
     def apply(self, model, tokenizer, requests):
         arch, layer = arch_for(model), self.hparams.get("layer", 0)
