@@ -6,9 +6,14 @@ is ``knowgic leaderboard`` (leaderboard/commands.py): it serves ``$KNOWGIC_STORE
 ``KNOWGIC_STORE_REPO`` names a hub dataset repository, a snapshot of that repository fetched with
 ``huggingface_hub``; ``KNOWGIC_QUEUE_URL`` names the queue database (default: the store's SQLite file).
 
-Everything shown comes from :meth:`runner.store.ResultsStore.scan`, so only schema-valid, hash-checked
-results appear; the files it skips are listed with their reasons. A timer re-scans the store and the queue,
-so new results and job state changes appear without a restart.
+Everything shown comes from :meth:`runner.store.ResultsStore.scan`, so only results that pass every check
+of :mod:`runner.store_checks` appear, and a run is *verified* only with a worker's signature by a trusted
+key (``trusted_keys``); the files it skips are listed with their reasons. A timer re-scans the store and the
+queue, so new results and job state changes appear without a restart.
+
+The page answers at once: the store is first read without verifying anything new (rows verified before,
+this process or another, appear at once); a background thread verifies the rest, and rows appear as they
+pass, under a notice "verifying N of M results".
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ from leaderboard.table import (
     row_label,
     skipped_frame,
 )
-from runner.store import ResultsStore, StoreFileError
+from runner.signing import TrustedKeys
+from runner.store import ResultsStore, SkippedFile, StoreEntry, StoreFileError, StoreScan
 
 DEFAULT_UPLOAD_LIMIT_BYTES = 50 * 1024 * 1024
 DEFAULT_REFRESH_SECONDS = 5.0
@@ -67,39 +73,130 @@ def _fmt_seconds(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+VERIFY_PUBLISH_SECONDS = 2.0  # how often background verification shows the rows it has verified
+# Worker processes that verify results files (each check is CPU work: processes keep requests answered).
+VERIFY_PROCESSES = max(1, min(4, (os.cpu_count() or 2) - 1))
+
+
 @dataclass
 class LeaderboardState:
-    """One app's view of its store: the current board (rebuilt when the store changes) and the queue."""
+    """One app's view of its store: the current board (rebuilt when the store changes) and the queue.
+
+    The store is read and its new results verified by a background thread (the verification itself in
+    ``verify_processes`` worker processes, so that requests never wait for it); ``progress`` is (done,
+    total) while it runs ((0, 0) while the entries are being read), else None."""
 
     store: ResultsStore
     queue_url: str
     include_reported: bool = True
+    verify_processes: int = VERIFY_PROCESSES
     board: Board = field(init=False)
     downloads: Path = field(init=False)
     version: int = field(default=0, init=False)  # bumped whenever the board changes
+    progress: tuple[int, int] | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _scanned_at: float = field(default_factory=time.monotonic, init=False)
     _queue: Any = field(default=None, init=False)
+    _verifier: threading.Thread | None = field(default=None, init=False)
+    _closed: threading.Event = field(default_factory=threading.Event, init=False)
 
     def __post_init__(self) -> None:
-        self.board = Board(self.store.scan(), include_reported=self.include_reported)
         self.downloads = Path(tempfile.mkdtemp(prefix="knowgic-leaderboard-"))
+        self.board = Board(StoreScan(), include_reported=self.include_reported)  # until the store is read
+        self._start(None)
+
+    def _start(self, scan: StoreScan | None) -> None:
+        """Read (``scan`` None) and verify in a background thread (the caller holds the lock or is
+        __init__)."""
+        if (scan is not None and not scan.unverified) or self._closed.is_set():
+            return
+        self.progress = (0, 0) if scan is None else (0, len(scan.unverified))
+        self._verifier = threading.Thread(
+            target=self._verify, args=(scan,), name="knowgic-verify", daemon=True
+        )
+        self._verifier.start()
+
+    def _verify(self, scan: StoreScan | None) -> None:
+        if scan is None:
+            scan = self.store.scan(verify=False)
+            self._scanned_at = time.monotonic()
+        entries: list[StoreEntry] = list(scan.entries)
+        skipped: list[SkippedFile] = list(scan.skipped)
+        total = len(scan.unverified)
+        self._publish(entries, skipped, progress=(0, total) if total else None)
+        published = time.monotonic()
+        outcomes = self.store.verify_entries(scan.unverified, self.verify_processes, stop=self._closed.is_set)
+        for done, (path, outcome) in enumerate(outcomes, start=1):
+            if isinstance(outcome, StoreEntry):
+                entries.append(outcome)
+            else:
+                skipped.append(SkippedFile(path, str(outcome)))
+            self.progress = (done, total)
+            if done < total and time.monotonic() - published >= VERIFY_PUBLISH_SECONDS:
+                self._publish(entries, skipped, progress=(done, total))
+                published = time.monotonic()
+        if self._closed.is_set():
+            return
+        if total:
+            self._publish(entries, skipped, progress=None)
+        self.refresh()  # what changed in the store while this thread verified
+
+    def _publish(
+        self, entries: list[StoreEntry], skipped: list[SkippedFile], progress: tuple[int, int] | None
+    ) -> None:
+        """Show the rows verified so far (``progress`` None: all of them, and this thread is done)."""
+        ordered = sorted(entries, key=lambda e: e.path.name)
+        # Skipped entries in file order, then the other files (as a scan lists them).
+        inside = self.store.entries_dir
+        files = sorted((s for s in skipped if s.path.parent == inside), key=lambda s: s.path.name)
+        others = [s for s in skipped if s.path.parent != inside]
+        board = Board(
+            StoreScan(entries=ordered, skipped=files + others), include_reported=self.include_reported
+        )
+        with self._lock:
+            self.board = board
+            self.progress = progress
+            if progress is None:
+                self._verifier = None
+            self.version += 1
+
+    def notice(self) -> str:
+        """The line that says verification is under way, or ""."""
+        progress = self.progress
+        if progress is None:
+            return ""
+        done, total = progress
+        if total == 0:
+            return "reading the store: rows appear as they are verified"
+        return f"verifying {done:,} of {total:,} results: rows appear as they are verified"
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop background verification (the app is closing); wait up to ``timeout`` s for its thread."""
+        self._closed.set()
+        verifier = self._verifier
+        if verifier is not None:
+            verifier.join(timeout)
 
     def refresh(self, *, min_age_seconds: float = 0.0) -> bool:
         """Re-scan the store unless the last scan is younger than ``min_age_seconds`` (every open page's
-        timer calls this: one scan serves them all); True when the rows or the skipped files changed."""
+        timer calls this: one scan serves them all); True when the rows or the skipped files changed.
+
+        While the background thread verifies, it owns the board; it re-scans when it is done."""
         with self._lock:
             now = time.monotonic()
-            if now - self._scanned_at < min_age_seconds:
+            if self._verifier is not None or now - self._scanned_at < min_age_seconds:
                 return False
-            scan = self.store.scan()
+            scan = self.store.scan(verify=False)
             self._scanned_at = time.monotonic()
+            self._start(scan)
             signature = tuple((e.entry_id, e.results_sha256) for e in scan.entries)
             skipped = [(s.path, s.reason) for s in scan.skipped]
             if signature == self.board.signature and skipped == [
                 (s.path, s.reason) for s in self.board.skipped
             ]:
-                return False
+                if scan.unverified:
+                    self.version += 1  # the notice changed
+                return bool(scan.unverified)
             self.board = Board(scan, include_reported=self.include_reported)
             self.version += 1
             return True
@@ -161,11 +258,16 @@ def build_app(
     upload_limit_bytes: int = DEFAULT_UPLOAD_LIMIT_BYTES,
     title: str = "KnowGIC leaderboard",
     verified_cache: Path | None = None,
+    trusted_keys: Path | None = None,
 ) -> gr.Blocks:
     """The leaderboard over the store at ``store_path`` (its queue: ``queue_url``, default the store's).
 
-    ``verified_cache``: where the store remembers the files it verified (default: the user cache)."""
-    store = ResultsStore(store_path, verified_cache=verified_cache)
+    ``verified_cache``: where the store remembers the files it verified (default: the user cache).
+    ``trusted_keys``: the workers' public keys (default: :func:`runner.signing.default_trusted_keys_path`);
+    a run signed by none of them is shown as local."""
+    store = ResultsStore(
+        store_path, verified_cache=verified_cache, trusted_keys=TrustedKeys.load(trusted_keys)
+    )
     state = LeaderboardState(store, queue_url or store.queue_url(), include_reported)
     sort_choices = [(label, key) for key, label in SORTABLE]
     column_choices = [(label, key) for key, label in COLUMN_HEADERS.items()]
@@ -183,6 +285,9 @@ def build_app(
             column_widths=shown.widths,
         )
         status = f"{shown.total} result(s) match of {len(board.rows)} · page {shown.page} of {shown.pages}"
+        notice = state.notice()
+        if notice:
+            status += f"\n\n*{notice}*"
         return table, status, shown.page, shown.row_ids
 
     def render_first_page(search, *rest):
@@ -250,16 +355,17 @@ def build_app(
                 shutil.copyfile(archive, copy)
             files.append(str(copy))
         config = dict(document["config"])
+        shown_edits = document["per_edit"][: views.DETAIL_ROWS]
         return (
             views.detail_header(row, permalink) + views.private_note(document),
             views.metrics_frame(row, document),
-            plots.heatmap_figure(document["per_edit"], f"{row.model} · {row.editor}: per-edit metrics"),
+            plots.heatmap_figure(shown_edits, f"{row.model} · {row.editor}: per-edit metrics"),
             views.per_edit_frame(document),
             gr.Dropdown(choices=choices, value=first),
             views.chains_frame(document, first),
-            config,
-            views.provenance(row, document),
-            document.get("environment"),
+            views.bounded_json(config),
+            views.bounded_json(views.provenance(row, document)),
+            views.bounded_json(document.get("environment")),
             files,
         )
 
@@ -408,7 +514,8 @@ def build_app(
             "# KnowGIC leaderboard\nDeep knowledge editing: IFR (Indirect Fact Recovery: how much of the "
             "old fact stays deducible, lower is better), Preservation, Efficacy, Generalization, "
             "Specificity and the deep-editing score (higher is better), each with its n and 95% interval. "
-            "Rows are *verified* (run by the runner), *local* (a results.json someone ran) or *reported* "
+            "Rows are *verified* (run by the runner and signed by a worker key this leaderboard trusts), "
+            "*local* (a results.json someone ran, or any unsigned entry) or *reported* "
             "(published by the KnowGIC paper's authors). "
             'Hover a value for its interval; hover "–" for why a metric is undefined.'
         )

@@ -10,6 +10,10 @@ both stores, and measures in one headless Chromium (Debian's ``/usr/bin/chromium
 
 Each is the median of ``--repeats`` fresh page loads (a new browser context each, so no cached assets),
 printed in seconds and as the ratio large / small. The target is a ratio of at most 3.
+
+``python -m leaderboard.bench --cold`` measures a cold start instead: a store of ``--count`` results that
+this reader never verified (an empty verification cache), from ``build_app`` until the first answer of the
+page and of the table API, and how many rows background verification has shown ``--watch`` seconds later.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import copy
 import datetime as _dt
 import json
 import multiprocessing
+import shutil
 import statistics
 import sys
 import tempfile
@@ -210,6 +215,70 @@ def run(
     return summary
 
 
+def _first_answers(root: Path, cache: Path, count: int, watch_seconds: float) -> dict[str, Any]:
+    """Serve ``root`` with an empty verification cache: seconds from ``build_app`` to the first answer of
+    the page and of the table API, and the rows shown ``watch_seconds`` later (or when all are verified)."""
+    import urllib.request
+
+    from gradio_client import Client
+
+    from leaderboard.app import build_app, launch_app
+
+    shutil.rmtree(cache, ignore_errors=True)
+    started = time.perf_counter()
+    app = build_app(root, verified_cache=cache, include_reported=False)
+    _, url, _ = launch_app(app, host="127.0.0.1", block=False, quiet=True)
+    try:
+        with urllib.request.urlopen(url, timeout=600) as response:
+            response.read()
+        page_seconds = time.perf_counter() - started
+        client = Client(url, verbose=False)
+        result = client.predict(
+            "", [], [], [], [], [], [], "deep_editing_score", "descending", [], 1, api_name="/table"
+        )
+        table_seconds = time.perf_counter() - started
+        first_status = " ".join(str(result[1]).replace("*", "").split())
+        state = app.leaderboard_state  # type: ignore[attr-defined]
+        watch_until = time.perf_counter() + watch_seconds
+        while state.progress is not None and time.perf_counter() < watch_until:
+            time.sleep(0.1)
+        watched_seconds = time.perf_counter() - started
+        progress = state.progress
+    finally:
+        app.leaderboard_state.close(timeout=60)  # type: ignore[attr-defined]
+        with contextlib.redirect_stdout(sys.stderr):
+            app.close()
+    return {
+        "page_seconds": page_seconds,
+        "table_seconds": table_seconds,
+        "first_status": first_status,
+        "watched_seconds": watched_seconds,
+        "verified": count if progress is None else progress[0],
+        "rows_shown": len(state.board.rows),
+        "finished": progress is None,
+    }
+
+
+def cold_start(count: int, workdir: Path, given: Sequence[Path], watch_seconds: float) -> dict[str, Any]:
+    """First answers of a never-verified store of ``count`` results, against an empty store's (the same
+    server, nothing to read): the ratio says how much the store's size delays the first answer."""
+    root = workdir / f"store-cold-{count}"
+    if root.is_dir() and len(list((root / "entries").iterdir())) == count:
+        store = ResultsStore(root)  # filled by an earlier run in this --workdir; the cache is emptied
+    else:
+        store = fill_store(root, real_runs(workdir / "runs", given), count)
+    empty = ResultsStore(workdir / "store-empty")
+    empty.entries_dir.mkdir(parents=True, exist_ok=True)
+    baseline = _first_answers(empty.root, workdir / "cache-empty", 0, 0.0)
+    large = _first_answers(store.root, workdir / "cache-cold", count, watch_seconds)
+    return {
+        "count": count,
+        **large,
+        "empty_page_seconds": baseline["page_seconds"],
+        "empty_table_seconds": baseline["table_seconds"],
+    }
+
+
 def _reported_rows() -> int:
     from leaderboard.table import reported_rows
 
@@ -245,23 +314,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--workers", type=int, default=2, help="processes verifying the copies (default: 2)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="measure the time to first response of a never-verified store of COUNT results instead "
+        "(try --count 2000)",
+    )
+    parser.add_argument(
+        "--watch",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="with --cold: how long to follow background verification after the first answer (default: 60)",
+    )
     args = parser.parse_args(argv)
     for option in ("count", "baseline", "repeats", "workers"):
         if getattr(args, option) < 1:
             print(f"error: --{option} must be at least 1", file=sys.stderr)
             return 2
+
+    def measure_in(workdir: Path) -> dict[str, Any]:
+        if args.cold:
+            return cold_start(args.count, workdir, args.results, args.watch)
+        return run(args.count, args.baseline, args.repeats, workdir, args.results, args.workers)
+
     try:
         if args.workdir is None:
             with tempfile.TemporaryDirectory(prefix="knowgic-leaderboard-bench-") as tmp:
-                summary = run(args.count, args.baseline, args.repeats, Path(tmp), args.results, args.workers)
+                summary = measure_in(Path(tmp))
         else:
             args.workdir.mkdir(parents=True, exist_ok=True)
-            summary = run(args.count, args.baseline, args.repeats, args.workdir, args.results, args.workers)
+            summary = measure_in(args.workdir)
     except KnowgicError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     if args.json:
         print(json.dumps(summary, indent=2))
+        return 0
+    if args.cold:
+        count = summary["count"]
+        print(f"{'first answer (s)':<22}{'empty store':>14}{f'{count} results, cold':>22}{'ratio':>8}")
+        for what in ("page", "table"):
+            empty, large = summary[f"empty_{what}_seconds"], summary[f"{what}_seconds"]
+            print(f"{what:<22}{empty:>14.2f}{large:>22.2f}{large / empty:>8.2f}")
+        print(f"first table status: {summary['first_status']}")
+        state = "all verified" if summary["finished"] else "still verifying"
+        print(
+            f"after {summary['watched_seconds']:.1f} s: {summary['verified']} of {count} results verified, "
+            f"{summary['rows_shown']} rows shown ({state})"
+        )
         return 0
     print(f"{'':<12}{args.baseline:>10} results{args.count:>10} results{'ratio':>10}")
     for what in ("load", "filter"):

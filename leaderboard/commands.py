@@ -61,17 +61,21 @@ def _serve(args: argparse.Namespace) -> int:
         queue_url=queue_url(args.db, store),
         include_reported=not args.no_reported,
         refresh_seconds=args.refresh,
+        trusted_keys=args.trusted_keys,
     )
     launch_app(app, host=args.host, port=args.port)
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from runner.signing import add_trusted_keys_option
+
     p = subparsers.add_parser(
         "leaderboard",
         help="serve the leaderboard (a web app) over a results store",
         description="Browse, plot and compare the runs of a results store, submit editors and follow the "
-        "queue. Only schema-valid, hash-checked results are shown; other files are listed as skipped.",
+        "queue. Only results that pass the store's checks are shown (other files are listed as skipped), "
+        "and a run is verified only when a trusted worker key signed it.",
     )
     add_store_option(p, more=f"; a Space may name a hub dataset repository in ${STORE_REPO_ENV} instead")
     p.add_argument(
@@ -95,6 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help=f"how often the page re-reads the store and the queue (default: {DEFAULT_REFRESH_SECONDS:g})",
     )
+    add_trusted_keys_option(p)
     p.add_argument(
         "--no-reported",
         action="store_true",

@@ -116,7 +116,9 @@ def default_executor(gpus: str, queue_id: str = "", private_dataset: Path | None
 
 def _worker(args: argparse.Namespace) -> int:
     from runner import worker as worker_module
+    from runner.signing import load_signer
 
+    signer = load_signer(args.signing_key)  # before anything else: a worker without a key stores nothing
     store = _store(args)
     queue = _open_queue(args, store, create=True)
     gpus = worker_module.resolve_gpus(args.gpus)
@@ -137,7 +139,11 @@ def _worker(args: argparse.Namespace) -> int:
         private.check_edits(load_cases(public.version), public.version)
     executor = default_executor(gpus, queue.queue_id, private_dataset=args.private_dataset)
     device = worker_module.device_label(gpus)
-    print(f"worker {worker_id}: queue {queue!r}, store {store.root}, device {device}", flush=True)
+    print(
+        f"worker {worker_id}: queue {queue!r}, store {store.root}, device {device}, signing key "
+        f"{signer.fingerprint}",
+        flush=True,
+    )
     if private is not None:
         edits = len({case.request for case in private.cases})
         print(
@@ -163,6 +169,7 @@ def _worker(args: argparse.Namespace) -> int:
         workdir_root=args.workdir,
         max_jobs=args.max_jobs,
         report=report,
+        signer=signer,
     )
     report(f"worker {worker_id} ran {handled} job(s)")
     return 0
@@ -337,6 +344,7 @@ def _build_image(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from runner.signing import add_signing_key_option
 
     p = subparsers.add_parser(
         "runner",
@@ -423,6 +431,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="folder for the jobs' working folders (default: the system's temporary folder)",
     )
+    add_signing_key_option(w)
     w.set_defaults(func=_worker)
 
     st = sub.add_parser(

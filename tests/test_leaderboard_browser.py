@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_leaderboard import SCRIPT, build_leaderboard_store, free_port
+from tests.test_leaderboard import SCRIPT, build_leaderboard_store, free_port, wait_verified
 
 pytestmark = pytest.mark.browser
 
@@ -37,6 +37,7 @@ def site(knowgic_tiny, tmp_path_factory):
     app = build_app(board.store.root, refresh_seconds=1.0)
     port = free_port()
     launch_app(app, host="127.0.0.1", port=port, block=False, quiet=True)
+    wait_verified(app)
     try:
         yield board, f"http://127.0.0.1:{port}/"
     finally:
@@ -262,3 +263,72 @@ def test_skipped_panel_and_a_new_result_without_reload(site, page, artifacts) ->
         wait_status(page, r"(^|\n)20 result")
     finally:
         board.store.entry_path(entry).unlink()
+
+
+def test_a_cold_store_shows_its_rows_as_they_are_verified(
+    knowgic_tiny, tmp_path, page, artifacts, monkeypatch
+):
+    """A store nobody verified yet: the page answers at once with a notice; rows appear as they pass; a
+    hand-written "verified" entry reads as local with the reason."""
+    import threading
+
+    from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
+    from leaderboard.app import build_app, launch_app
+    from leaderboard.bench import fill_store
+    from runner.store import ResultsStore
+
+    run = evaluate(
+        EvaluationRequest(model="knowgic-tiny", editor="none", limit=1, out_dir=tmp_path / "run"),
+        progress=False,
+        loaded=knowgic_tiny,
+    ).results_path
+    store = fill_store(tmp_path / "store", [json.loads(run.read_text(encoding="utf-8"))], 40)
+    claimed = json.loads(next(store.entries_dir.iterdir()).read_text(encoding="utf-8"))
+    claimed.update(entry_id="job-claims-verified", source="verified", submission_sha256=None)
+    archive = store.put_submission(_submission_archive(tmp_path))
+    claimed["submission_sha256"] = archive
+    store.entry_path("job-claims-verified").write_text(json.dumps(claimed), encoding="utf-8")
+
+    gate = threading.Event()
+    real_load = ResultsStore.load_entry
+    monkeypatch.setattr(
+        ResultsStore, "load_entry", lambda self, path: (gate.wait(60), real_load(self, path))[1]
+    )
+    app = build_app(
+        store.root, refresh_seconds=1.0, verified_cache=tmp_path / "cache", include_reported=False
+    )
+    port = free_port()
+    launch_app(app, host="127.0.0.1", port=port, block=False, quiet=True)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        page.goto(url)
+        text = wait_status(page, r"verifying 0 of 41 results")
+        assert text.startswith("0 result(s) match of 0")
+        page.screenshot(path=str(artifacts / "09-verifying.png"), full_page=True)
+        gate.set()
+        text = wait_status(page, r"^41 result\(s\) match of 41")
+        page.wait_for_function("() => !document.querySelector('#kg-status').innerText.includes('verifying')")
+        page.screenshot(path=str(artifacts / "10-verified.png"), full_page=True)
+
+        page.goto(f"{url}?result=job-claims-verified")
+        trust = page.locator("#kg-detail-header .kg-trust")
+        trust.wait_for()
+        assert trust.inner_text() == (
+            "local: shown as local: it claims to be verified, but it carries no signature"
+        )
+        page.screenshot(path=str(artifacts / "11-claimed-verified.png"), full_page=True)
+    finally:
+        gate.set()
+        app.close()
+
+
+def _submission_archive(folder: Path) -> Path:
+    """A small .tar.gz standing in for a submission archive (the store only hashes and keeps it)."""
+    import tarfile
+
+    source = folder / "submission.yaml"
+    source.write_text("name: demo\n", encoding="utf-8")
+    archive = folder / "demo.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(source, arcname="submission.yaml")
+    return archive
