@@ -21,25 +21,73 @@ from urllib.parse import quote
 
 import pandas as pd
 
+from knowgic.evaluation.spec import load_evaluation_spec
 from knowgic.yamlfile import read_yaml
-from runner.store import SkippedFile, StoreEntry, StoreScan
+from runner.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
 
 DATA_DIR = Path(__file__).parent / "data"
 REPORTED_DIR = DATA_DIR / "reported"
 
-# (key in results.json "metrics", column header)
-METRICS: tuple[tuple[str, str], ...] = (
-    ("ifr", "IFR"),
-    ("preservation", "Preservation"),
-    ("efficacy", "Efficacy"),
-    ("generalization", "Generalization"),
-    ("specificity", "Specificity"),
-    ("deep_editing_score", "Deep-editing score"),
-)
+_SPEC_METRICS = load_evaluation_spec().metrics
+# The metrics that are table columns, by their key in results.json's "metrics"; each one's label, direction
+# and description are its declaration in spec/benchmark.yaml. The compact default view shows HEADLINE.
+_TABLE_METRICS = ("ifr", "preservation", "efficacy", "generalization", "specificity", "deep_editing_score")
+HEADLINE: tuple[str, ...] = ("ifr", "preservation", "efficacy", "specificity", "deep_editing_score")
+# The table metrics that every per-edit record of results.json carries too (the score is a run's summary).
+PER_EDIT_METRICS: tuple[str, ...] = tuple(k for k in _TABLE_METRICS if k != "deep_editing_score")
 CHAIN_LENGTHS = (1, 2, 3, 4, 5)
-LENGTH_METRICS: tuple[tuple[str, str], ...] = tuple((f"ifr_len_{n}", f"IFR n={n}") for n in CHAIN_LENGTHS)
+
+
+@dataclass(frozen=True)
+class MetricColumn:
+    """A metric column of the table, as declared in the spec."""
+
+    key: str  # column key: the results.json metric name, or ifr_len_<n> for IFR by chain length
+    path: str  # its path in results.json's "metrics" (ifr_by_length.<n> for a length)
+    label: str
+    direction: str  # "lower" or "higher" is better
+    description: str
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.direction == "lower"
+
+
+def _declared(name: str, key: str | None = None, path: str | None = None, label: str | None = None):
+    spec = _SPEC_METRICS[name]
+    return MetricColumn(key or name, path or name, label or spec.label, spec.direction, spec.description)
+
+
+METRIC_COLUMNS: dict[str, MetricColumn] = {
+    **{name: _declared(name) for name in _TABLE_METRICS},
+    **{
+        f"ifr_len_{n}": _declared("ifr_by_length", f"ifr_len_{n}", f"ifr_by_length.{n}", f"IFR n={n}")
+        for n in CHAIN_LENGTHS
+    },
+}
+METRICS: tuple[tuple[str, str], ...] = tuple((k, METRIC_COLUMNS[k].label) for k in _TABLE_METRICS)
+LENGTH_METRICS: tuple[tuple[str, str], ...] = tuple(
+    (f"ifr_len_{n}", METRIC_COLUMNS[f"ifr_len_{n}"].label) for n in CHAIN_LENGTHS
+)
 ALL_METRICS = METRICS + LENGTH_METRICS
-LOWER_IS_BETTER = frozenset({"ifr", *(key for key, _ in LENGTH_METRICS)})
+LOWER_IS_BETTER = frozenset(k for k, column in METRIC_COLUMNS.items() if column.lower_is_better)
+
+
+def metric_label(path: str) -> str:
+    """A metric's label by its path in results.json (``ifr_by_length.2`` -> "IFR n=2"), from the spec."""
+    head, _, tail = path.partition(".")
+    if tail:
+        column = METRIC_COLUMNS.get(f"ifr_len_{tail}") if head == "ifr_by_length" else None
+        return column.label if column else path
+    spec = _SPEC_METRICS.get(head)
+    return spec.label if spec else head.replace("_", " ")
+
+
+def metric_direction(path: str) -> str | None:
+    """ "lower" or "higher" (is better) for a metric path, from the spec; None when undeclared."""
+    spec = _SPEC_METRICS.get(path.partition(".")[0])
+    return spec.direction if spec else None
+
 
 CATEGORICAL: tuple[tuple[str, str], ...] = (
     ("model", "Model"),
@@ -49,6 +97,8 @@ CATEGORICAL: tuple[tuple[str, str], ...] = (
     ("dataset", "Dataset"),
     ("source", "Source"),
 )
+# The filters of the "Advanced" section: the model is chosen by the ranking's own selector.
+FILTERS: tuple[tuple[str, str], ...] = tuple(c for c in CATEGORICAL if c[0] != "model")
 EXTRA_COLUMNS: tuple[tuple[str, str], ...] = (
     ("active_chains", "Active chains"),
     ("edits", "Edits"),
@@ -57,17 +107,17 @@ EXTRA_COLUMNS: tuple[tuple[str, str], ...] = (
     ("added", "Added"),
     ("row_id", "Id"),
 )
+RANK_HEADER = "Rank"
 COLUMN_HEADERS: dict[str, str] = dict(CATEGORICAL + ALL_METRICS + EXTRA_COLUMNS)
-DEFAULT_COLUMNS: tuple[str, ...] = (
-    *(key for key, _ in CATEGORICAL),
-    *(key for key, _ in METRICS),
-    "active_chains",
-    "links",
-    "row_id",
-)
+# The source is a badge in the editor's cell (verified runs), not a column of its own.
+DEFAULT_COLUMNS: tuple[str, ...] = (*(key for key, _ in CATEGORICAL if key != "source"), *HEADLINE, "links")
+# Shown only where they differ between the rows asked for: a column holding one value says nothing. The
+# editor names the row, so it always shows.
+HIDE_WHEN_CONSTANT = frozenset(key for key, _ in CATEGORICAL if key != "editor")
 SORTABLE: tuple[tuple[str, str], ...] = (*ALL_METRICS, ("active_chains", "Active chains"), ("added", "Added"))
 DEFAULT_SORT = "deep_editing_score"
 PAGE_SIZE = 25
+ALL_MODELS = "all models"
 UNSTATED = "unstated"
 _URL = re.compile(r"^https?://[^\s\"'<>`\\]+$", re.IGNORECASE)
 _SEARCHED = ("row_id", "model", "editor", "protocol", "mode", "dataset", "source", "submitter", "label")
@@ -115,7 +165,7 @@ class MetricCell:
         )
 
     def html(self, level: float | None) -> str:
-        """The cell: value, interval and n; "–" with the reason on hover when undefined (never 0)."""
+        """The cell: value and interval (n on hover); "–" with the reason on hover when undefined (never 0)."""
         if self.value is None:
             reason = self.reason or "undefined"
             return f'<span class="kg-undefined" title="{text(reason)}">–</span>'
@@ -129,8 +179,6 @@ class MetricCell:
             parts.append(f'<span class="kg-interval">[{self.low:.2f}, {self.high:.2f}]</span>')
         elif self.interval_reason:
             hover.append(f"no interval: {self.interval_reason}")
-        if self.n is not None:
-            parts.append(f'<span class="kg-n">n={self.n}</span>')
         return f'<span class="kg-metric" title="{text("; ".join(hover))}">{" ".join(parts)}</span>'
 
 
@@ -155,6 +203,11 @@ class Row:
     added: str = ""
     level: float | None = None
     entry: StoreEntry | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def track(self) -> tuple[str, str, str, str]:
+        """What a rank is among: runs of one model, protocol, mode and dataset version."""
+        return (self.model, self.protocol, self.mode, self.dataset)
 
 
 @lru_cache(maxsize=1)
@@ -312,7 +365,11 @@ def _frame(rows: Sequence[Row]) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class TableQuery:
-    """What a person asked the table for."""
+    """What a person asked the table for.
+
+    ``model``: one model's ranking (None or :data:`ALL_MODELS`: every model). ``part``: the ranked rows
+    (runs in the store), the reported rows (published numbers, never ranked with runs), or both.
+    """
 
     search: str = ""
     filters: Mapping[str, Sequence[str]] = field(default_factory=dict)  # column -> allowed values
@@ -321,6 +378,8 @@ class TableQuery:
     columns: Sequence[str] = DEFAULT_COLUMNS
     page: int = 1
     page_size: int = PAGE_SIZE
+    model: str | None = None
+    part: str = "all"  # "ranked", "reported" or "all"
 
 
 @dataclass(frozen=True)
@@ -333,12 +392,22 @@ class TablePage:
     total: int  # rows matching the query
     page: int
     pages: int
+    constant: dict[str, str] = field(default_factory=dict)  # hidden column -> the one value it holds
+
+
+RankCache = dict[tuple[str, ...], dict[str, int | None]]
 
 
 class Board:
-    """Every row of a store scan plus the reported rows, ready to search, filter, sort and page."""
+    """Every row of a store scan plus the reported rows, ready to search, filter, sort and page.
 
-    def __init__(self, scan: StoreScan, *, include_reported: bool = True) -> None:
+    ``rank_cache`` (shared between the boards of one app) keeps each track's ranks by the hashes of its
+    runs, so a store change recomputes only the tracks it touched.
+    """
+
+    def __init__(
+        self, scan: StoreScan, *, include_reported: bool = True, rank_cache: RankCache | None = None
+    ) -> None:
         rows = [row_from_entry(e) for e in scan.entries]
         if include_reported:
             rows.extend(reported_rows())
@@ -347,11 +416,22 @@ class Board:
         self.by_id: dict[str, Row] = {row.row_id: row for row in rows}
         self.frame = _frame(rows)
         self.signature = tuple((e.entry_id, e.results_sha256) for e in scan.entries)
+        self._rank_cache: RankCache = {} if rank_cache is None else rank_cache
 
     def choices(self, column: str) -> list[str]:
         if self.frame.empty:
             return []
         return sorted(self.frame[column].astype(str).unique().tolist())
+
+    def models(self) -> list[str]:
+        """Models with runs in the store, most runs first, then models with reported rows only."""
+        stored: dict[str, int] = {}
+        for row in self.rows:
+            if row.entry is not None:
+                stored[row.model] = stored.get(row.model, 0) + 1
+        ordered = sorted(stored, key=lambda m: (-stored[m], m))
+        reported = sorted({row.model for row in self.rows if row.entry is None} - set(stored))
+        return ordered + reported
 
     def select(self, query: TableQuery) -> pd.DataFrame:
         """The rows matching ``query``, sorted (undefined values last, whatever the direction)."""
@@ -359,6 +439,12 @@ class Board:
         if frame.empty:
             return frame
         mask = pd.Series(True, index=frame.index)
+        if query.model and query.model != ALL_MODELS:
+            mask &= frame["model"] == query.model
+        if query.part == "ranked":
+            mask &= frame["source"] != "reported"
+        elif query.part == "reported":
+            mask &= frame["source"] == "reported"
         for column, allowed in query.filters.items():
             if allowed:
                 mask &= frame[column].isin(list(allowed))
@@ -372,28 +458,79 @@ class Board:
             [sort, "row_id"], ascending=[not query.descending, True], na_position="last", kind="stable"
         )
 
+    def ranks(self, model: str) -> dict[str, int | None]:
+        """Row id -> rank among the stored runs of ``model``'s track (see :mod:`leaderboard.ranking`)."""
+        from leaderboard.ranking import uncertainty_ranks
+
+        tracks: dict[tuple[str, ...], list[Row]] = {}
+        for row in self.rows:
+            if row.model == model and row.entry is not None:
+                tracks.setdefault(row.track, []).append(row)
+        ranks: dict[str, int | None] = {}
+        for rows in tracks.values():
+            key = tuple(sorted(row.entry.results_sha256 for row in rows if row.entry is not None))
+            if key not in self._rank_cache:
+                readable, documents = [], []
+                for row in rows:
+                    try:
+                        documents.append(row.entry.document)  # type: ignore[union-attr]
+                        readable.append(row)
+                    except StoreFileError:  # gone or changed since the scan: the next scan says why
+                        continue
+                by_sha = {
+                    row.entry.results_sha256: rank  # type: ignore[union-attr]
+                    for row, rank in zip(readable, uncertainty_ranks(documents), strict=True)
+                }
+                self._rank_cache[key] = by_sha
+            cached = self._rank_cache[key]
+            ranks.update({row.row_id: cached.get(row.entry.results_sha256) for row in rows})  # type: ignore[union-attr]
+        return ranks
+
     def page(self, query: TableQuery) -> TablePage:
         selected = self.select(query)
         columns = [c for c in query.columns if c in COLUMN_HEADERS] or list(DEFAULT_COLUMNS)
+        constant: dict[str, str] = {}
+        if len(selected):
+            for column in columns:
+                if column in HIDE_WHEN_CONSTANT:
+                    values = selected[column].astype(str).unique()
+                    if len(values) == 1:
+                        constant[column] = str(values[0])
+            columns = [c for c in columns if c not in constant]
+        ranked = query.part == "ranked" and bool(query.model) and query.model != ALL_MODELS
+        ranks = self.ranks(str(query.model)) if ranked and len(selected) else {}
+        if ranks and query.sort == DEFAULT_SORT and query.descending:
+            # The ranking's own order, as Chatbot Arena's: by rank, then by score within a rank.
+            order = selected["row_id"].map(lambda i: ranks.get(i) or math.inf)
+            selected = selected.assign(_rank=order).sort_values(
+                ["_rank", DEFAULT_SORT, "row_id"],
+                ascending=[True, False, True],
+                na_position="last",
+                kind="stable",
+            )
         total = len(selected)
         pages = max(1, math.ceil(total / query.page_size))
         page = min(max(1, query.page), pages)
         start = (page - 1) * query.page_size
         shown = selected.iloc[start : start + query.page_size]
-        cells = (
-            [[self._cell(self.rows[int(i)], c) for c in columns] for i in shown["index"].tolist()]
-            if total
-            else []
-        )
+        rows = [self.rows[int(i)] for i in shown["index"].tolist()] if total else []
+        cells = [[self._cell(row, c) for c in columns] for row in rows]
+        headers = [COLUMN_HEADERS[c] for c in columns]
+        datatypes = ["html" if c in _HTML_COLUMNS else "str" for c in columns]
+        widths = [column_width(c) for c in columns]
+        if ranked:
+            cells = [[rank_html(ranks.get(row.row_id)), *line] for row, line in zip(rows, cells, strict=True)]
+            headers, datatypes, widths = [RANK_HEADER, *headers], ["html", *datatypes], ["64px", *widths]
         return TablePage(
-            headers=[COLUMN_HEADERS[c] for c in columns],
-            datatypes=["html" if c in _HTML_COLUMNS else "str" for c in columns],
-            widths=[column_width(c) for c in columns],
+            headers=headers,
+            datatypes=datatypes,
+            widths=widths,
             cells=cells,
-            row_ids=shown["row_id"].tolist() if total else [],
+            row_ids=[row.row_id for row in rows],
             total=total,
             page=page,
             pages=pages,
+            constant=constant,
         )
 
     @staticmethod
@@ -404,6 +541,18 @@ class Board:
             return links_html(row.paper, row.code)
         if column == "row_id":
             return f'<a href="?result={text(quote(row.row_id))}" class="kg-permalink">{text(row.row_id)}</a>'
+        if column == "editor":
+            # The editor names the row: its link opens the run's page (a click anywhere on the row does too).
+            title = text(row.submitter or row.label or row.row_id)
+            badge = ""
+            if row.source == "verified":
+                badge = (
+                    ' <span class="kg-verified" title="run by the leaderboard\'s runner">✓ verified</span>'
+                )
+            return (
+                f'<a href="?result={text(quote(row.row_id))}" class="kg-editor" title="{title}">'
+                f"{text(row.editor)}</a>{badge}"
+            )
         if column == "active_chains":
             return "–" if row.active_chains is None else str(row.active_chains)
         if column == "edits":
@@ -422,18 +571,37 @@ class Board:
         return selected[columns].reset_index(drop=True)
 
 
+RANK_TITLE = (
+    "1 + the number of runs of this model, protocol, mode and dataset that are significantly better on the "
+    "deep-editing score (paired bootstrap, 95%); runs that cannot be told apart share a rank"
+)
+
+
+def rank_html(rank: int | None) -> str:
+    if rank is None:
+        return '<span class="kg-undefined" title="no deep-editing score: not ranked">–</span>'
+    return f'<span class="kg-rank" title="{text(RANK_TITLE)}">{rank}</span>'
+
+
 _METRIC_KEYS = frozenset(key for key, _ in ALL_METRICS)
-_WIDTHS = {"links": "120px", "row_id": "200px", "submitter": "220px", "added": "170px"}
+_WIDTHS = {
+    "model": "150px",
+    "editor": "150px",
+    "links": "110px",
+    "row_id": "200px",
+    "submitter": "220px",
+    "added": "170px",
+}
 
 
 def column_width(column: str) -> str:
-    """A metric cell holds value, interval and n on one line; names wrap."""
+    """A metric cell holds value and interval on one line; names wrap."""
     if column in _METRIC_KEYS:
-        return "190px"
-    return _WIDTHS.get(column, "115px")
+        return "165px"
+    return _WIDTHS.get(column, "110px")
 
 
-_HTML_COLUMNS = _METRIC_KEYS | {"links", "row_id"}
+_HTML_COLUMNS = _METRIC_KEYS | {"links", "row_id", "editor"}
 
 
 def links_html(paper: str | None, code: str | None) -> str:
@@ -443,7 +611,7 @@ def links_html(paper: str | None, code: str | None) -> str:
             links.append(
                 f'<a href="{text(url)}" target="_blank" rel="noopener noreferrer nofollow">{label}</a>'
             )
-    return " · ".join(links) if links else "–"
+    return f'<span class="kg-links">{" · ".join(links)}</span>' if links else "–"
 
 
 def row_label(row: Row) -> str:
