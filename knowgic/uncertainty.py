@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from knowgic.errors import KnowgicError
+from knowgic.evaluation.spec import load_evaluation_spec
 from knowgic.metrics import MAX_CHAIN_LENGTH, chain_weight
 
 METHOD = "cluster bootstrap (percentile) over edits"
@@ -65,21 +66,14 @@ DEFAULT_LEVEL = 0.95
 MIN_DEFINED_SHARE = 0.5
 """An interval needs the metric to be defined on at least this share of the resamples."""
 
-RATIO_METRICS = (
-    "ifr",
-    "ifr_uncapped",
-    *(f"ifr_by_length.{n}" for n in range(1, MAX_CHAIN_LENGTH + 1)),
-    "preservation",
-    "preservation_macro",
-    "efficacy",
-    "efficacy_magnitude",
-    "generalization",
-    "specificity",
-    "specificity_same_relation",
-    "specificity_other_graphs",
-)
-INTERVAL_METRICS = (*RATIO_METRICS, "deep_editing_score")
-"""Every metric that gets an interval, by its path in ``metrics`` (``ifr_by_length.2``: a length)."""
+_SPEC = load_evaluation_spec()
+INTERVAL_METRICS = tuple(_SPEC.metric_paths())
+"""Every metric that gets an interval, by its path in ``metrics`` (``ifr_by_length.2``: a length), in the
+order ``spec/benchmark.yaml`` declares them."""
+RATIO_METRICS = tuple(p for p, m in _SPEC.metric_paths().items() if m.kind != "composite")
+"""The metrics that are a ratio of per-edit sums (every kind but ``composite``)."""
+COMPOSITES = {p: m.of for p, m in _SPEC.metric_paths().items() if m.kind == "composite"}
+"""Each composite metric and the metrics it is computed from (the deep-editing score's four)."""
 
 
 @dataclass(frozen=True)
@@ -287,15 +281,14 @@ def resampled_metrics(stats: EditStatistics, counts: np.ndarray) -> dict[str, np
         name: _resampled_ratio(counts, stats.ratios[name]) if name in stats.ratios else nan
         for name in RATIO_METRICS
     }
-    out["deep_editing_score"] = _deep_score(
-        out["ifr"], out["preservation"], out["efficacy"], out["specificity"]
-    )
+    for name, parts in COMPOSITES.items():
+        out[name] = _deep_score(*(out[p] for p in parts))
     return out
 
 
 def _edits_defined(stats: EditStatistics, metric: str) -> int:
-    if metric == "deep_editing_score":
-        parts = ("ifr", "preservation", "efficacy", "specificity")
+    if metric in COMPOSITES:
+        parts = COMPOSITES[metric]
         return min(stats.ratios[p].edits_defined if p in stats.ratios else 0 for p in parts)
     return stats.ratios[metric].edits_defined if metric in stats.ratios else 0
 
@@ -370,19 +363,22 @@ def metric_intervals(document: Mapping[str, Any], settings: BootstrapSettings) -
     return intervals
 
 
+def interval_fields(interval: Interval) -> dict[str, Any]:
+    """A metric entry's interval fields: ``interval`` and ``interval_resamples``, or a null ``interval``
+    with its ``interval_reason``."""
+    if interval.reason is None:
+        return {"interval": [interval.low, interval.high], "interval_resamples": interval.resamples_defined}
+    return {"interval": None, "interval_reason": interval.reason}
+
+
 def add_intervals(document: dict[str, Any], settings: BootstrapSettings | None = None) -> dict[str, Any]:
-    """Write ``interval`` (and ``interval_reason`` or ``interval_resamples``) into every metric entry and
-    the settings into ``document["uncertainty"]``; returns the document."""
+    """Write the interval fields (:func:`interval_fields`) into every metric entry and the settings into
+    ``document["uncertainty"]``; returns the document."""
     settings = settings or BootstrapSettings()
     for name, interval in metric_intervals(document, settings).items():
         entry = metric_entry_at(document["metrics"], name)
         assert isinstance(entry, dict)
-        if interval.reason is None:
-            entry["interval"] = [interval.low, interval.high]
-            entry["interval_resamples"] = interval.resamples_defined
-        else:
-            entry["interval"] = None
-            entry["interval_reason"] = interval.reason
+        entry.update(interval_fields(interval))
     document["uncertainty"] = settings.record()
     return document
 

@@ -109,8 +109,8 @@ def test_printed_directions_come_from_the_spec(identity_run, tmp_path, capsys) -
     # Another spec: IFR labelled and directed differently, and the table follows it.
     text = (spec_dir() / "benchmark.yaml").read_text(encoding="utf-8")
     changed = text.replace(
-        "  ifr:\n    label: IFR\n    version: 1\n    direction: lower\n",
-        ("  ifr:\n    label: Indirect recovery\n    version: 1\n    direction: higher\n"),
+        "  ifr:\n    label: IFR\n    short: IFR\n    version: 1\n    direction: lower\n",
+        ("  ifr:\n    label: Indirect recovery\n    short: IFR\n    version: 1\n    direction: higher\n"),
     )
     assert changed != text
     (tmp_path / "benchmark.yaml").write_text(changed, encoding="utf-8")

@@ -9,7 +9,7 @@ import yaml
 
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, check_request
-from knowgic.evaluation.outcomes import METRIC_NAMES
+from knowgic.evaluation.outcomes import _COMPUTE
 from knowgic.evaluation.spec import load_evaluation_spec
 from knowgic.paths import spec_dir
 
@@ -28,7 +28,12 @@ def test_shipped_spec_declares_every_metric_the_runner_computes() -> None:
     spec = load_evaluation_spec()
     assert spec.default_protocol == "logprob" and spec.default_mode == "independent"
     assert list(spec.modes) == ["independent", "sequential"]
-    assert set(spec.metrics) == set(METRIC_NAMES)
+    assert set(spec.metrics) == set(_COMPUTE)
+    kinds = {name: m.kind for name, m in spec.metrics.items()}
+    assert kinds["efficacy"] == kinds["generalization"] == "edit_outcome"
+    assert kinds["specificity"] == "clustered_proportion" and kinds["ifr"] == "ratio_of_sums"
+    assert spec.metrics["deep_editing_score"].of == ("ifr", "preservation", "efficacy", "specificity")
+    assert "ifr_by_length.5" in spec.metric_paths() and "ifr_by_length" not in spec.metric_paths()
     assert spec.metrics["ifr"].direction == "lower" and spec.metrics["ifr"].label == "IFR"
     assert spec.metrics["specificity"].direction == "higher"
     assert all(m.version >= 1 for m in spec.metrics.values())
@@ -49,6 +54,9 @@ def test_request_defaults_come_from_the_spec(tmp_path, monkeypatch) -> None:
         (lambda d: d["metrics"]["ifr"].update(direction="down"), r"metrics\.ifr\.direction"),
         (lambda d: d["metrics"]["efficacy"].update(version=0), r"metrics\.efficacy\.version"),
         (lambda d: d["metrics"]["preservation"].pop("label"), r"metrics\.preservation\.label"),
+        (lambda d: d["metrics"]["ifr"].update(kind="mean"), r"metrics\.ifr\.kind must be one of"),
+        (lambda d: d["metrics"]["ifr"].update(bounds=[1, 0]), r"metrics\.ifr\.bounds"),
+        (lambda d: d["metrics"]["deep_editing_score"].update(of=["ifr", "x"]), r"of names x"),
         (lambda d: d.update(default_mode="parallel"), "default_mode 'parallel'"),
         (lambda d: d.update(default_protocol="telepathy"), "default_protocol 'telepathy'"),
         (lambda d: d.pop("modes"), "'modes'"),

@@ -24,10 +24,11 @@ from knowgic.editors.registry import BUILTIN_EDITORS, resolve_editor
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.harness import MODES, RunScores, run_edits
 from knowgic.evaluation.outcomes import (
-    METRIC_NAMES,
+    Outcomes,
     collect_outcomes,
     compute_counts,
     compute_metrics,
+    metric_declaration_problem,
     per_edit_records,
 )
 from knowgic.evaluation.plan import EvalPlan, build_plan
@@ -40,11 +41,12 @@ from knowgic.evaluation.results import (
     finalize,
     write_run_outputs,
 )
-from knowgic.evaluation.spec import load_evaluation_spec
+from knowgic.evaluation.spec import EvaluationSpec, load_evaluation_spec
 from knowgic.models.base import LoadedModel
 from knowgic.models.threads import cpu_threads
+from knowgic.recompute import recompute_metrics
 from knowgic.scoring.base import Scorer, Scores
-from knowgic.uncertainty import add_intervals
+from knowgic.uncertainty import BootstrapSettings, metric_entry_at
 
 DTYPES = ("float32", "bfloat16", "float16")
 # Editors that need no hparams file (their defaults are complete).
@@ -98,11 +100,9 @@ def check_request(request: EvaluationRequest) -> type[Editor]:
             f"spec/benchmark.yaml declares mode {request.mode!r}, which this version of knowgic does not "
             f"implement (it implements {', '.join(MODES)})"
         )
-    undeclared = [name for name in METRIC_NAMES if name not in spec.metrics]
-    if undeclared:
-        raise KnowgicError(
-            f"spec/benchmark.yaml declares no version for the metric(s) {', '.join(undeclared)}"
-        )
+    problem = metric_declaration_problem(spec)
+    if problem is not None:
+        raise KnowgicError(problem)
     if request.dtype not in DTYPES:
         raise KnowgicError(f"unknown dtype {request.dtype!r}; known: {', '.join(DTYPES)}")
     if request.limit is not None and request.limit < 1:
@@ -274,6 +274,7 @@ def evaluate(
     run.pre_from_cache, run.pre_scoring_seconds = pre_cached, pre_seconds
 
     outcomes = collect_outcomes(plan, run)
+    spec = load_evaluation_spec()
     document: dict[str, Any] = {
         "schema_version": RESULTS_SCHEMA_VERSION,
         "knowgic_version": knowgic.__version__,
@@ -297,12 +298,8 @@ def evaluate(
             "limit": request.limit,
         },
         "environment": {**environment(), "torch_threads": threads, **reproducibility(loaded.device)},
-        "metrics": compute_metrics(outcomes),
-        "metric_versions": {
-            name: version
-            for name, version in load_evaluation_spec().metric_versions().items()
-            if name in METRIC_NAMES
-        },
+        "metrics": {},  # recomputed from the records below
+        "metric_versions": spec.metric_versions(),
         "counts": compute_counts(plan, outcomes),
         "per_edit": per_edit_records(plan, outcomes, run),
         "chains": [asdict(c) for c in outcomes.chains],
@@ -315,7 +312,7 @@ def evaluate(
             "scoring_seconds": run.scoring_seconds,
         },
     }
-    add_intervals(document)
+    fill_metrics(document, outcomes, spec)
     finalize(document)
     result = EvaluationRun(document=document, plan=plan, scores=run)
     if request.out_dir is not None:
@@ -325,6 +322,32 @@ def evaluate(
             document, request.out_dir, lambda folder: write_plots(document, folder), request.overwrite
         )
     return result
+
+
+def fill_metrics(document: dict[str, Any], outcomes: Outcomes, spec: EvaluationSpec) -> None:
+    """Write the document's ``metrics`` and ``uncertainty`` from its own records (:func:`recompute_metrics`,
+    the computation anyone can repeat on the published file), after checking that the records give back
+    what :mod:`knowgic.metrics` computes from the raw outcomes, so that the records miss nothing."""
+    recomputed = recompute_metrics(document, BootstrapSettings(), spec)
+    direct = compute_metrics(outcomes, spec)
+    for path in spec.metric_paths():
+        fresh, raw = metric_entry_at(recomputed["metrics"], path), metric_entry_at(direct, path)
+        same = (fresh["value"] is None) == (raw["value"] is None) and (
+            fresh["value"] is None or abs(fresh["value"] - raw["value"]) <= 1e-9
+        )
+        if not same or fresh["n"] != raw["n"] or fresh.get("reason") != raw.get("reason"):
+            raise KnowgicError(
+                f"internal error: {path} recomputed from the results records is {fresh}, but computed "
+                f"from the outcomes it is {raw}"
+            )
+    for key, count in recomputed["counts"].items():
+        if document["counts"].get(key) != count:
+            raise KnowgicError(
+                f"internal error: counts.{key} recomputed from the results records is {count}, but "
+                f"counted from the outcomes it is {document['counts'].get(key)}"
+            )
+    document["metrics"] = recomputed["metrics"]
+    document["uncertainty"] = recomputed["uncertainty"]
 
 
 def _display_path(path: str | None) -> str | None:

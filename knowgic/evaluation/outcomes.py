@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from knowgic import metrics as M
+from knowgic.errors import KnowgicError
 from knowgic.evaluation.harness import RunScores
 from knowgic.evaluation.plan import EditPlan, EvalPlan
+from knowgic.evaluation.spec import EvaluationSpec, load_evaluation_spec
 
 
 @dataclass
@@ -74,23 +77,6 @@ def collect_outcomes(plan: EvalPlan, run: RunScores) -> Outcomes:
     return out
 
 
-METRIC_NAMES = (
-    "ifr",
-    "ifr_uncapped",
-    "ifr_by_length",
-    "preservation",
-    "preservation_macro",
-    "efficacy",
-    "efficacy_magnitude",
-    "generalization",
-    "specificity",
-    "specificity_same_relation",
-    "specificity_other_graphs",
-    "deep_editing_score",
-)
-"""The keys of :func:`compute_metrics`; each must be declared (with its version) in the benchmark spec."""
-
-
 def metric_entry(value: M.MetricValue) -> dict[str, Any]:
     entry: dict[str, Any] = {"value": value.value, "n": value.n}
     if value.value is None:
@@ -98,38 +84,67 @@ def metric_entry(value: M.MetricValue) -> dict[str, Any]:
     return entry
 
 
-def compute_metrics(out: Outcomes) -> dict[str, Any]:
-    """All headline metrics as ``{"value", "n", "reason"?}`` entries (``ifr_by_length`` maps "1".."5")."""
-    ifr = M.indirect_fact_recovery(out.chains)
-    pres = M.preservation(out.preservation)
-    eff = M.efficacy(out.rewrite)
-    spec = M.specificity(out.neighbours)
-    return {
-        "ifr": metric_entry(ifr),
-        "ifr_uncapped": metric_entry(M.indirect_fact_recovery(out.chains, capped=False)),
-        "ifr_by_length": {k: metric_entry(v) for k, v in M.ifr_by_length(out.chains).items()},
-        "preservation": metric_entry(pres),
-        "preservation_macro": metric_entry(M.preservation_macro(out.preservation)),
-        "efficacy": metric_entry(eff),
-        "efficacy_magnitude": metric_entry(M.efficacy_magnitude(out.rewrite)),
-        "generalization": metric_entry(M.generalization(out.question)),
-        "specificity": metric_entry(spec),
-        # Same-relation neighbours are where a method that rewrites the relation wholesale shows; the
-        # fallback neighbours from other graphs are a weaker test, so both parts are reported too.
-        "specificity_same_relation": metric_entry(
-            M.specificity(
-                [n for n, k in zip(out.neighbours, out.neighbour_kinds, strict=True) if k == "same-relation"]
-            )
-        ),
-        "specificity_other_graphs": metric_entry(
-            M.specificity(
-                [n for n, k in zip(out.neighbours, out.neighbour_kinds, strict=True) if k == "other-graphs"]
-            )
-        ),
-        "deep_editing_score": metric_entry(
-            M.deep_editing_score(ifr.value, pres.value, eff.value, spec.value)
-        ),
-    }
+def _specificity_of(out: Outcomes, kind: str) -> M.MetricValue:
+    return M.specificity([n for n, k in zip(out.neighbours, out.neighbour_kinds, strict=True) if k == kind])
+
+
+def _deep_editing_score(out: Outcomes) -> M.MetricValue:
+    return M.deep_editing_score(
+        M.indirect_fact_recovery(out.chains).value,
+        M.preservation(out.preservation).value,
+        M.efficacy(out.rewrite).value,
+        M.specificity(out.neighbours).value,
+    )
+
+
+_COMPUTE: dict[str, Callable[[Outcomes], Any]] = {
+    "ifr": lambda out: M.indirect_fact_recovery(out.chains),
+    "ifr_uncapped": lambda out: M.indirect_fact_recovery(out.chains, capped=False),
+    "ifr_by_length": lambda out: M.ifr_by_length(out.chains),
+    "preservation": lambda out: M.preservation(out.preservation),
+    "preservation_macro": lambda out: M.preservation_macro(out.preservation),
+    "efficacy": lambda out: M.efficacy(out.rewrite),
+    "efficacy_magnitude": lambda out: M.efficacy_magnitude(out.rewrite),
+    "generalization": lambda out: M.generalization(out.question),
+    "specificity": lambda out: M.specificity(out.neighbours),
+    # Same-relation neighbours are where a method that rewrites the relation wholesale shows; the
+    # fallback neighbours from other graphs are a weaker test, so both parts are reported too.
+    "specificity_same_relation": lambda out: _specificity_of(out, "same-relation"),
+    "specificity_other_graphs": lambda out: _specificity_of(out, "other-graphs"),
+    "deep_editing_score": _deep_editing_score,
+}
+"""How each metric is computed from the outcomes; which metrics a run reports, their order and their
+declarations come from ``spec/benchmark.yaml`` (:func:`metric_declaration_problem` checks they agree)."""
+
+
+def metric_declaration_problem(spec: EvaluationSpec) -> str | None:
+    """Why the spec's metrics and the ones this package computes disagree, or ``None`` when they agree."""
+    undeclared = [name for name in _COMPUTE if name not in spec.metrics]
+    if undeclared:
+        return f"spec/benchmark.yaml declares no version for the metric(s) {', '.join(undeclared)}"
+    unknown = [name for name in spec.metrics if name not in _COMPUTE]
+    if unknown:
+        return (
+            f"spec/benchmark.yaml declares the metric(s) {', '.join(unknown)}, which this version of "
+            "knowgic does not compute"
+        )
+    return None
+
+
+def compute_metrics(out: Outcomes, spec: EvaluationSpec | None = None) -> dict[str, Any]:
+    """Every declared metric as a ``{"value", "n", "reason"?}`` entry, in spec order (a metric with
+    ``parts``, ``ifr_by_length``, maps each part "1".."5" to such an entry)."""
+    spec = spec or load_evaluation_spec()
+    problem = metric_declaration_problem(spec)
+    if problem is not None:
+        raise KnowgicError(problem)
+    metrics: dict[str, Any] = {}
+    for name in spec.metrics:
+        value = _COMPUTE[name](out)
+        metrics[name] = (
+            {k: metric_entry(v) for k, v in value.items()} if isinstance(value, dict) else metric_entry(value)
+        )
+    return metrics
 
 
 def compute_counts(plan: EvalPlan, out: Outcomes) -> dict[str, int]:
@@ -207,6 +222,7 @@ def _edit_record(
         "active_chains": sum(c.active for c in chains),
         "ifr": ifr.value,
         "preservation": preservation.value,
+        "preservation_facts": len(pairs),
         "preservation_facts_known": sum(p.known_pre for p in pairs),
         "preservation_sum": pres_sum,
         "preservation_n": len(pres_counted),
