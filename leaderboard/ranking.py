@@ -22,8 +22,7 @@ from typing import Any
 
 from knowgic.errors import KnowgicError
 from knowgic.uncertainty import comparability_problem, paired_resamples
-
-RANK_METRIC = "deep_editing_score"
+from leaderboard.table import RANK_METRIC
 
 
 def _score(document: Mapping[str, Any]) -> tuple[float | None, float | None, float | None]:

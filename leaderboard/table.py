@@ -28,14 +28,15 @@ from runner.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
 DATA_DIR = Path(__file__).parent / "data"
 REPORTED_DIR = DATA_DIR / "reported"
 
-_SPEC_METRICS = load_evaluation_spec().metrics
-# The metrics that are table columns, by their key in results.json's "metrics"; each one's label, direction
-# and description are its declaration in spec/benchmark.yaml. The compact default view shows HEADLINE.
-_TABLE_METRICS = ("ifr", "preservation", "efficacy", "generalization", "specificity", "deep_editing_score")
-HEADLINE: tuple[str, ...] = ("ifr", "preservation", "efficacy", "specificity", "deep_editing_score")
-# The table metrics that every per-edit record of results.json carries too (the score is a run's summary).
-PER_EDIT_METRICS: tuple[str, ...] = tuple(k for k in _TABLE_METRICS if k != "deep_editing_score")
-CHAIN_LENGTHS = (1, 2, 3, 4, 5)
+_SPEC = load_evaluation_spec()
+_SPEC_METRICS = _SPEC.metrics
+RANK_METRIC = "deep_editing_score"
+# Every column comes from the metric declarations in spec/benchmark.yaml: the headline metrics are the
+# table's metric columns, and the compact default view shows the deep-editing score and the metrics it
+# summarises (its ``of``); IFR by chain length (``parts``) is a column group to switch on.
+_TABLE_METRICS: tuple[str, ...] = tuple(name for name, m in _SPEC_METRICS.items() if m.headline)
+HEADLINE: tuple[str, ...] = (*_SPEC_METRICS[RANK_METRIC].of, RANK_METRIC)
+CHAIN_LENGTHS: tuple[int, ...] = tuple(int(part) for part in _SPEC_METRICS["ifr_by_length"].parts)
 
 
 @dataclass(frozen=True)
@@ -53,19 +54,23 @@ class MetricColumn:
         return self.direction == "lower"
 
 
-def _declared(name: str, key: str | None = None, path: str | None = None, label: str | None = None):
+def _declared(name: str, part: str = "") -> MetricColumn:
     spec = _SPEC_METRICS[name]
-    return MetricColumn(key or name, path or name, label or spec.label, spec.direction, spec.description)
+    if not part:
+        return MetricColumn(name, name, spec.label, spec.direction, spec.description)
+    # A part's column header: the short header and the part ("IFR n=" + "2").
+    return MetricColumn(
+        f"ifr_len_{part}", f"{name}.{part}", f"{spec.short}{part}", spec.direction, spec.description
+    )
 
 
 METRIC_COLUMNS: dict[str, MetricColumn] = {
     **{name: _declared(name) for name in _TABLE_METRICS},
-    **{
-        f"ifr_len_{n}": _declared("ifr_by_length", f"ifr_len_{n}", f"ifr_by_length.{n}", f"IFR n={n}")
-        for n in CHAIN_LENGTHS
-    },
+    **{f"ifr_len_{n}": _declared("ifr_by_length", str(n)) for n in CHAIN_LENGTHS},
 }
 METRICS: tuple[tuple[str, str], ...] = tuple((k, METRIC_COLUMNS[k].label) for k in _TABLE_METRICS)
+# The table metrics that every per-edit record carries too (a composite is a run's summary only).
+PER_EDIT_METRICS: tuple[str, ...] = tuple(k for k in _TABLE_METRICS if _SPEC_METRICS[k].kind != "composite")
 LENGTH_METRICS: tuple[tuple[str, str], ...] = tuple(
     (f"ifr_len_{n}", METRIC_COLUMNS[f"ifr_len_{n}"].label) for n in CHAIN_LENGTHS
 )
@@ -75,17 +80,15 @@ LOWER_IS_BETTER = frozenset(k for k, column in METRIC_COLUMNS.items() if column.
 
 def metric_label(path: str) -> str:
     """A metric's label by its path in results.json (``ifr_by_length.2`` -> "IFR n=2"), from the spec."""
-    head, _, tail = path.partition(".")
-    if tail:
-        column = METRIC_COLUMNS.get(f"ifr_len_{tail}") if head == "ifr_by_length" else None
-        return column.label if column else path
-    spec = _SPEC_METRICS.get(head)
-    return spec.label if spec else head.replace("_", " ")
+    head, _, part = path.partition(".")
+    if part and head == "ifr_by_length" and f"ifr_len_{part}" in METRIC_COLUMNS:
+        return METRIC_COLUMNS[f"ifr_len_{part}"].label
+    return _SPEC.path_label(path)
 
 
 def metric_direction(path: str) -> str | None:
     """ "lower" or "higher" (is better) for a metric path, from the spec; None when undeclared."""
-    spec = _SPEC_METRICS.get(path.partition(".")[0])
+    spec = _SPEC.metric_at(path)
     return spec.direction if spec else None
 
 
