@@ -6,9 +6,14 @@ serves ``$KNOWGIC_STORE``, or, when ``KNOWGIC_STORE_REPO`` names a hub dataset r
 that repository fetched with ``huggingface_hub``; ``KNOWGIC_QUEUE_URL`` names the queue database (default:
 the store's SQLite file).
 
-Everything shown comes from :meth:`runner.store.ResultsStore.scan`, so only schema-valid, hash-checked
-results appear; the files it skips are listed with their reasons. A timer re-scans the store and the queue,
-so new results and job state changes appear without a restart.
+Everything shown comes from :meth:`runner.store.ResultsStore.scan`, so only results that pass every check
+of :mod:`runner.store_checks` appear, and a run is *verified* only with a worker's signature by a trusted
+key (``trusted_keys``); the files it skips are listed with their reasons. A timer re-scans the store and the
+queue, so new results and job state changes appear without a restart.
+
+The page answers at once: the store is first read without verifying anything new (rows verified before,
+this process or another, appear at once); a background thread verifies the rest, and rows appear as they
+pass, under a notice "verifying N of M results".
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ from leaderboard.table import (
     row_label,
     skipped_frame,
 )
-from runner.store import ResultsStore, StoreFileError
+from runner.signing import TrustedKeys
+from runner.store import ResultsStore, SkippedFile, StoreEntry, StoreFileError, StoreScan
 
 DEFAULT_UPLOAD_LIMIT_BYTES = 50 * 1024 * 1024
 DEFAULT_REFRESH_SECONDS = 5.0
@@ -95,9 +101,15 @@ def _fmt_seconds(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+VERIFY_PUBLISH_SECONDS = 2.0  # how often background verification shows the rows it has verified
+
+
 @dataclass
 class LeaderboardState:
-    """One app's view of its store: the current board (rebuilt when the store changes) and the queue."""
+    """One app's view of its store: the current board (rebuilt when the store changes) and the queue.
+
+    Results not verified yet are verified by one background thread; ``progress`` is (done, total) while it
+    runs, else None."""
 
     store: ResultsStore
     queue_url: str
@@ -105,30 +117,100 @@ class LeaderboardState:
     board: Board = field(init=False)
     downloads: Path = field(init=False)
     version: int = field(default=0, init=False)  # bumped whenever the board changes
+    progress: tuple[int, int] | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _scanned_at: float = field(default_factory=time.monotonic, init=False)
     _queue: Any = field(default=None, init=False)
+    _verifier: threading.Thread | None = field(default=None, init=False)
+    _closed: threading.Event = field(default_factory=threading.Event, init=False)
+    # Each track's ranks by the hashes of its runs, kept across boards (see leaderboard.table.Board).
+    rank_cache: RankCache = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        self.rank_cache: RankCache = {}
-        self.board = self._board(self.store.scan())
         self.downloads = Path(tempfile.mkdtemp(prefix="knowgic-leaderboard-"))
+        scan = self.store.scan(verify=False)
+        self.board = self._board(scan)
+        self._verify_later(scan)
+
+    def _verify_later(self, scan: StoreScan) -> None:
+        """Verify ``scan.unverified`` in a background thread (the caller holds the lock or is __init__)."""
+        if scan.unverified and not self._closed.is_set():
+            self.progress = (0, len(scan.unverified))
+            self._verifier = threading.Thread(
+                target=self._verify, args=(scan,), name="knowgic-verify", daemon=True
+            )
+            self._verifier.start()
+
+    def _verify(self, scan: StoreScan) -> None:
+        entries: list[StoreEntry] = list(scan.entries)
+        skipped: list[SkippedFile] = list(scan.skipped)
+        total = len(scan.unverified)
+        published = time.monotonic()
+        for done, path in enumerate(scan.unverified, start=1):
+            if self._closed.is_set():
+                return
+            try:
+                entries.append(self.store.load_entry(path))
+            except StoreFileError as exc:
+                skipped.append(SkippedFile(path, str(exc)))
+            except Exception as exc:  # a reader must survive any file; the reason is shown, not raised
+                skipped.append(SkippedFile(path, f"cannot verify it: {type(exc).__name__}: {exc}"))
+            self.progress = (done, total)
+            if done < total and time.monotonic() - published >= VERIFY_PUBLISH_SECONDS:
+                self._publish(entries, skipped, progress=(done, total))
+                published = time.monotonic()
+        self._publish(entries, skipped, progress=None)
+        self.refresh()  # what changed in the store while this thread verified
+
+    def _publish(
+        self, entries: list[StoreEntry], skipped: list[SkippedFile], progress: tuple[int, int] | None
+    ) -> None:
+        """Show the rows verified so far (``progress`` None: all of them, and this thread is done)."""
+        ordered = sorted(entries, key=lambda e: e.path.name)
+        # Skipped entries in file order, then the other files (as a scan lists them).
+        inside = self.store.entries_dir
+        files = sorted((s for s in skipped if s.path.parent == inside), key=lambda s: s.path.name)
+        others = [s for s in skipped if s.path.parent != inside]
+        board = self._board(StoreScan(entries=ordered, skipped=files + others))
+        with self._lock:
+            self.board = board
+            self.progress = progress
+            if progress is None:
+                self._verifier = None
+            self.version += 1
+
+    def notice(self) -> str:
+        """The line that says verification is under way, or ""."""
+        progress = self.progress
+        if progress is None:
+            return ""
+        done, total = progress
+        return f"verifying {done:,} of {total:,} results: rows appear as they are verified"
+
+    def close(self) -> None:
+        """Stop background verification (the app is closing)."""
+        self._closed.set()
 
     def refresh(self, *, min_age_seconds: float = 0.0) -> bool:
         """Re-scan the store unless the last scan is younger than ``min_age_seconds`` (every open page's
-        timer calls this: one scan serves them all); True when the rows or the skipped files changed."""
+        timer calls this: one scan serves them all); True when the rows or the skipped files changed.
+
+        While the background thread verifies, it owns the board; it re-scans when it is done."""
         with self._lock:
             now = time.monotonic()
-            if now - self._scanned_at < min_age_seconds:
+            if self._verifier is not None or now - self._scanned_at < min_age_seconds:
                 return False
-            scan = self.store.scan()
+            scan = self.store.scan(verify=False)
             self._scanned_at = time.monotonic()
+            self._verify_later(scan)
             signature = tuple((e.entry_id, e.results_sha256) for e in scan.entries)
             skipped = [(s.path, s.reason) for s in scan.skipped]
             if signature == self.board.signature and skipped == [
                 (s.path, s.reason) for s in self.board.skipped
             ]:
-                return False
+                if scan.unverified:
+                    self.version += 1  # the notice changed
+                return bool(scan.unverified)
             self.board = self._board(scan)
             self.version += 1
             return True
@@ -231,7 +313,7 @@ def _frame_update(shown: Any) -> gr.Dataframe:
     )
 
 
-def _status(shown: Any, model: str | None) -> str:
+def _status(shown: Any, model: str | None, notice: str = "") -> str:
     what = f"{shown.total} result(s)"
     if model and model != ALL_MODELS:
         what += f" of {model}"
@@ -241,7 +323,7 @@ def _status(shown: Any, model: str | None) -> str:
         if key != "model"
     )
     parts = [what, *([f"all {context}"] if context else []), f"page {shown.page} of {shown.pages}"]
-    return " · ".join(parts)
+    return " · ".join(parts) + (f"\n\n*{notice}*" if notice else "")
 
 
 class BoardTab:
@@ -375,7 +457,7 @@ class BoardTab:
         reported_view = reported if reported.total else None
         return (
             _frame_update(shown),
-            _status(shown, controls.model),
+            _status(shown, controls.model, self.state.notice()),
             shown.page,
             shown.row_ids,
             gr.Column(visible=reported_view is not None),
@@ -552,13 +634,15 @@ class DetailTab:
         return (
             views.detail_header(row, permalink),
             views.metrics_frame(row, document),
-            plots.heatmap_figure(document["per_edit"], f"{row.model} · {row.editor}: per-edit metrics"),
+            plots.heatmap_figure(
+                document["per_edit"][: views.DETAIL_ROWS], f"{row.model} · {row.editor}: per-edit metrics"
+            ),
             views.per_edit_frame(document),
             gr.Dropdown(choices=choices, value=first),
             views.chains_frame(document, first),
-            dict(document["config"]),
-            views.provenance(row, document),
-            document.get("environment"),
+            views.bounded_json(dict(document["config"])),
+            views.bounded_json(views.provenance(row, document)),
+            views.bounded_json(document.get("environment")),
             files,
         )
 
@@ -728,11 +812,16 @@ def build_app(
     upload_limit_bytes: int = DEFAULT_UPLOAD_LIMIT_BYTES,
     title: str = "KnowGIC leaderboard",
     verified_cache: Path | None = None,
+    trusted_keys: Path | None = None,
 ) -> gr.Blocks:
     """The leaderboard over the store at ``store_path`` (its queue: ``queue_url``, default the store's).
 
-    ``verified_cache``: where the store remembers the files it verified (default: the user cache)."""
-    store = ResultsStore(store_path, verified_cache=verified_cache)
+    ``verified_cache``: where the store remembers the files it verified (default: the user cache).
+    ``trusted_keys``: the workers' public keys (default: :func:`runner.signing.default_trusted_keys_path`);
+    a run signed by none of them is shown as local."""
+    store = ResultsStore(
+        store_path, verified_cache=verified_cache, trusted_keys=TrustedKeys.load(trusted_keys)
+    )
     state = LeaderboardState(store, queue_url or store.queue_url(), include_reported)
     board = BoardTab(state)
     plot_tab = PlotsTab(state, board)

@@ -12,6 +12,11 @@ both stores, and measures in one headless Chromium (Debian's ``/usr/bin/chromium
 
 Each is the median of ``--repeats`` fresh page loads (a new browser context each, so no cached assets),
 printed in seconds and as the ratio large / small. The target is a ratio of at most 3.
+
+``python -m leaderboard.bench --cold`` measures a cold start instead: a store of ``--count`` results that
+this reader never verified (an empty verification cache), from ``build_app`` until the first answer of the
+page and of the table API, then until background verification has shown every row; and, for reference, how
+long verifying the whole store takes before answering (what a reader without background verification waits).
 """
 
 from __future__ import annotations
@@ -219,6 +224,52 @@ def _default_model_runs(count: int) -> int:
     return len(range(0, count, models))  # copy i goes to model i % models: model 0 has the most
 
 
+def cold_start(count: int, workdir: Path, given: Sequence[Path]) -> dict[str, Any]:
+    """Seconds from ``build_app`` on a never-verified store of ``count`` results to the first answers."""
+    import urllib.request
+
+    from gradio_client import Client
+
+    from leaderboard.app import build_app, launch_app
+
+    store = fill_store(workdir / f"store-cold-{count}", real_runs(workdir / "runs", given), count)
+    started = time.perf_counter()
+    app = build_app(store.root, verified_cache=workdir / "cache-cold", include_reported=False)
+    _, url, _ = launch_app(app, host="127.0.0.1", block=False, quiet=True)
+    try:
+        with urllib.request.urlopen(url, timeout=600) as response:
+            response.read()
+        page_seconds = time.perf_counter() - started
+        client = Client(url, verbose=False)
+        result = client.predict(
+            "", "", [], [], [], [], [], "deep_editing_score", "descending", [], 1, api_name="/table"
+        )
+        table_seconds = time.perf_counter() - started
+        first_status = str(result[1]).replace("\n", " ").replace("*", "")
+        state = app.leaderboard_state  # type: ignore[attr-defined]
+        while state.progress is not None:
+            time.sleep(0.1)
+        all_seconds = time.perf_counter() - started
+        shown = len(state.board.rows)
+    finally:
+        with contextlib.redirect_stdout(sys.stderr):
+            app.close()
+    # The reference: verify every file before answering (a fresh cache, so nothing is remembered).
+    started = time.perf_counter()
+    scan = ResultsStore(store.root, verified_cache=workdir / "cache-sync").scan()
+    sync_seconds = time.perf_counter() - started
+    return {
+        "count": count,
+        "page_seconds": page_seconds,
+        "table_seconds": table_seconds,
+        "first_status": first_status,
+        "all_verified_seconds": all_seconds,
+        "rows_shown": shown,
+        "verify_first_seconds": sync_seconds,
+        "verified_by_scan": len(scan.entries),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m leaderboard.bench",
@@ -248,23 +299,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--workers", type=int, default=2, help="processes verifying the copies (default: 2)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="measure the time to first response of a never-verified store of COUNT results instead "
+        "(try --count 2000)",
+    )
     args = parser.parse_args(argv)
     for option in ("count", "baseline", "repeats", "workers"):
         if getattr(args, option) < 1:
             print(f"error: --{option} must be at least 1", file=sys.stderr)
             return 2
+
+    def measure_in(workdir: Path) -> dict[str, Any]:
+        if args.cold:
+            return cold_start(args.count, workdir, args.results)
+        return run(args.count, args.baseline, args.repeats, workdir, args.results, args.workers)
+
     try:
         if args.workdir is None:
             with tempfile.TemporaryDirectory(prefix="knowgic-leaderboard-bench-") as tmp:
-                summary = run(args.count, args.baseline, args.repeats, Path(tmp), args.results, args.workers)
+                summary = measure_in(Path(tmp))
         else:
             args.workdir.mkdir(parents=True, exist_ok=True)
-            summary = run(args.count, args.baseline, args.repeats, args.workdir, args.results, args.workers)
+            summary = measure_in(args.workdir)
     except KnowgicError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     if args.json:
         print(json.dumps(summary, indent=2))
+        return 0
+    if args.cold:
+        print(f"cold store of {summary['count']} results (nothing verified before):")
+        print(f"  first page answer:          {summary['page_seconds']:8.2f} s")
+        print(f"  first table answer:         {summary['table_seconds']:8.2f} s  ({summary['first_status']})")
+        print(
+            f"  every row verified, shown:  {summary['all_verified_seconds']:8.2f} s  ({summary['rows_shown']} rows)"
+        )
+        print(f"  verifying all before answering (reference): {summary['verify_first_seconds']:.2f} s")
+        ratio = summary["verify_first_seconds"] / summary["table_seconds"]
+        print(f"  first answer is {ratio:.0f}x sooner than verifying everything first")
         return 0
     print(f"{'':<12}{args.baseline:>10} results{args.count:>10} results{'ratio':>10}")
     for what in ("load", "filter"):

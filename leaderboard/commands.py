@@ -21,18 +21,25 @@ def _serve(args: argparse.Namespace) -> int:
 
     store = resolve_store(args.store)
     app = build_app(
-        store, queue_url=args.db, include_reported=not args.no_reported, refresh_seconds=args.refresh
+        store,
+        queue_url=args.db,
+        include_reported=not args.no_reported,
+        refresh_seconds=args.refresh,
+        trusted_keys=args.trusted_keys,
     )
     launch_app(app, host=args.host, port=args.port)
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from runner.signing import add_trusted_keys_option
+
     p = subparsers.add_parser(
         "leaderboard",
         help="serve the leaderboard (a web app) over a results store",
         description="Browse, plot and compare the runs of a results store, submit editors and follow the "
-        "queue. Only schema-valid, hash-checked results are shown; other files are listed as skipped.",
+        "queue. Only results that pass the store's checks are shown (other files are listed as skipped), "
+        "and a run is verified only when a trusted worker key signed it.",
     )
     p.add_argument(
         "--store",
@@ -59,6 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help=f"how often the page re-reads the store and the queue (default: {DEFAULT_REFRESH_SECONDS:g})",
     )
+    add_trusted_keys_option(p)
     p.add_argument(
         "--no-reported",
         action="store_true",

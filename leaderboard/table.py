@@ -133,6 +133,15 @@ def safe_url(value: Any) -> str | None:
     return None
 
 
+NAME_CHARS = 200  # characters of a name in a row (model, editor, submitter, label): a table cell, not a page
+
+
+def short(value: Any) -> str:
+    """A name cut to ``NAME_CHARS`` characters (a stored file may hold longer strings; a row never shows them)."""
+    value = "" if value is None else str(value)
+    return value if len(value) <= NAME_CHARS else value[:NAME_CHARS] + "…"
+
+
 def text(value: Any) -> str:
     """Anything shown inside table HTML: escaped, so a submitter's ``<script>`` stays text."""
     return html.escape("" if value is None else str(value), quote=True)
@@ -253,8 +262,8 @@ def row_from_entry(entry: StoreEntry) -> Row:
     return Row(
         row_id=entry.entry_id,
         source=entry.source,
-        model=str(config["model"]),
-        editor=editor,
+        model=short(config["model"]),
+        editor=short(editor),
         protocol=str(config["protocol"]),
         mode=str(config["mode"]),
         dataset=str(summary["dataset"]["version"]),
@@ -263,8 +272,8 @@ def row_from_entry(entry: StoreEntry) -> Row:
         edits=counts.get("edits"),
         paper=paper,
         code=code,
-        submitter=_submitter(entry.manifest, None),
-        label=entry.label or "",
+        submitter=short(_submitter(entry.manifest, None)),
+        label=short(entry.label),
         added=entry.added_at,
         level=(summary.get("uncertainty") or {}).get("level"),
         entry=entry,

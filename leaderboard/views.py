@@ -2,11 +2,16 @@
 
 Text from results and manifests goes into data frames and JSON viewers, which render it as text; the one
 HTML block (:func:`detail_header`) escapes everything it holds.
+
+A browser never gets more than a bounded page of one result: at most ``DETAIL_ROWS`` rows per table (a last
+row says how many more there are), ``CELL_CHARS`` characters per cell and ``JSON_CHARS`` characters per JSON
+viewer; the whole document is a download.
 """
 
 from __future__ import annotations
 
 import html
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -44,6 +49,40 @@ CHAIN_COLUMNS = ("case_id", "length", "active", "r_pre", "r_post", "known_post",
 CHAIN_WIDTHS = ["70px", "64px", "64px", "70px", "70px", "90px", "auto"]
 METRICS_COLUMNS = ["Metric", "Value", "n", "Interval", "Better", "Note"]
 __all__ = ["metric_label"]  # re-exported: the views name metrics as the table does
+DETAIL_ROWS = 500  # rows of one per-edit, per-chain or edit-by-edit table sent to a browser
+CELL_CHARS = 1000  # characters of one table cell
+JSON_CHARS = 50_000  # characters of one JSON viewer (configuration, provenance, environment)
+
+
+def clip_cell(value: Any) -> Any:
+    """A cell's value, a long text cut to ``CELL_CHARS`` with a note of its full length."""
+    if isinstance(value, str) and len(value) > CELL_CHARS:
+        return f"{value[:CELL_CHARS]}… ({len(value):,} characters; download results.json for all)"
+    return value
+
+
+def bounded_json(value: Any) -> Any:
+    """``value`` for a JSON viewer, or a note when it is larger than ``JSON_CHARS`` characters."""
+    size = len(json.dumps(value, ensure_ascii=False, default=str))
+    if size <= JSON_CHARS:
+        return value
+    return {
+        "not shown": f"{size:,} characters, more than a page shows ({JSON_CHARS:,}); download results.json"
+    }
+
+
+def _bounded_records(
+    records: list[dict[str, Any]], total: int, columns: tuple[str, ...] | list[str], what: str
+) -> list[dict[str, Any]]:
+    """At most ``DETAIL_ROWS`` records, long texts clipped, and a last row saying what was left out."""
+    shown = [{k: clip_cell(v) for k, v in r.items()} for r in records[:DETAIL_ROWS]]
+    if total > len(shown):
+        note = {c: "" for c in columns}
+        note[columns[0]] = (
+            f"… {total - len(shown):,} more {what} not shown (first {len(shown):,} of {total:,}); download results.json for all"
+        )
+        shown.append(note)
+    return shown
 
 
 def better_text(path: str) -> str:
@@ -112,7 +151,10 @@ def detail_header(row: Row, permalink: str) -> str:
     if row.submitter:
         lines.append(f'<p class="kg-submitter">submitted by: {esc(row.submitter)}</p>')
     if row.entry is not None and row.entry.manifest and row.entry.manifest.get("description"):
-        lines.append(f'<p class="kg-description">{esc(str(row.entry.manifest["description"]))}</p>')
+        description = clip_cell(str(row.entry.manifest["description"]))
+        lines.append(f'<p class="kg-description">{esc(description)}</p>')
+    if row.entry is not None and row.entry.trust:
+        lines.append(f'<p class="kg-trust">{esc(row.source)}: {esc(row.entry.trust)}</p>')
     if row.label:
         lines.append(f'<p class="kg-label">label: {esc(row.label)}</p>')
     if row.source == "reported":
@@ -149,6 +191,7 @@ def provenance(row: Row, document: Mapping[str, Any]) -> dict[str, Any]:
             "added_at": entry.added_at,
             "label": entry.label,
             "submission_sha256": entry.submission_sha256,
+            "trust": entry.trust,
             "manifest": entry.manifest,
             "job": entry.job,
         }
@@ -156,8 +199,10 @@ def provenance(row: Row, document: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def per_edit_frame(document: Mapping[str, Any]) -> pd.DataFrame:
+    """The per-edit table (at most ``DETAIL_ROWS`` rows)."""
     records = []
-    for record in document.get("per_edit", []):
+    per_edit = document.get("per_edit", [])
+    for record in per_edit[:DETAIL_ROWS]:
         shown = {}
         for column in PER_EDIT_COLUMNS:
             value = record.get(column)
@@ -169,13 +214,15 @@ def per_edit_frame(document: Mapping[str, Any]) -> pd.DataFrame:
                 value = "–"
             shown[column] = value
         records.append(shown)
+    records = _bounded_records(records, len(per_edit), PER_EDIT_COLUMNS, "edits")
     return pd.DataFrame.from_records(records, columns=list(PER_EDIT_COLUMNS)).astype("object")
 
 
 def edit_choices(document: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The first ``DETAIL_ROWS`` edits (the drop-down also takes any edit id typed into it)."""
     return [
-        (f"{r['edit_id']} · {r.get('subject', '')} → {r.get('target_new', '')}", r["edit_id"])
-        for r in document.get("per_edit", [])
+        (clip_cell(f"{r['edit_id']} · {r.get('subject', '')} → {r.get('target_new', '')}"), r["edit_id"])
+        for r in document.get("per_edit", [])[:DETAIL_ROWS]
     ]
 
 
@@ -204,8 +251,12 @@ def chains_frame(document: Mapping[str, Any], edit_id: str | None) -> pd.DataFra
     """The chains of one edit: length, whether active, the chain's r before and after the edit."""
     texts = _chain_texts(str(document["dataset"]["version"]))
     records = []
+    total = 0
     for chain in document.get("chains", []):
         if chain.get("edit_id") != edit_id:
+            continue
+        total += 1
+        if total > DETAIL_ROWS:
             continue
         records.append(
             {
@@ -218,6 +269,7 @@ def chains_frame(document: Mapping[str, Any], edit_id: str | None) -> pd.DataFra
                 "chain": texts.get(int(chain["case_id"]), ""),
             }
         )
+    records = _bounded_records(records, total, CHAIN_COLUMNS, "chains")
     return pd.DataFrame.from_records(records, columns=list(CHAIN_COLUMNS)).astype("object")
 
 
@@ -338,13 +390,14 @@ def _edits_side_by_side(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFr
     for _, label in labels:
         columns += [f"{label} A", f"{label} B"]
     records = []
-    for ra in a.get("per_edit", []):
+    for ra in a.get("per_edit", [])[:DETAIL_ROWS]:
         rb = by_id_b.get(ra["edit_id"], {})
         record = {"edit_id": ra["edit_id"], "subject": ra.get("subject"), "target_new": ra.get("target_new")}
         for key, label in labels:
             record[f"{label} A"] = _value(ra.get(key))
             record[f"{label} B"] = _value(rb.get(key)) if rb else "not in B"
         records.append(record)
+    records = _bounded_records(records, len(a.get("per_edit", [])), columns, "edits")
     return pd.DataFrame.from_records(records, columns=columns)
 
 

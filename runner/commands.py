@@ -105,7 +105,9 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     from runner import worker as worker_module
+    from runner.signing import load_signer
 
+    signer = load_signer(args.signing_key)  # before anything else: a worker without a key stores nothing
     store = _store(args)
     queue = _open_queue(args, store, create=True)
     gpus = worker_module.resolve_gpus(args.gpus)
@@ -118,7 +120,11 @@ def _worker(args: argparse.Namespace) -> int:
     # that isolates it (the container executor), never in this process.
     executor = worker_module.default_executor(gpus)
     device = worker_module.device_label(gpus)
-    print(f"worker {worker_id}: queue {queue!r}, store {store.root}, device {device}", flush=True)
+    print(
+        f"worker {worker_id}: queue {queue!r}, store {store.root}, device {device}, signing key "
+        f"{signer.fingerprint}",
+        flush=True,
+    )
 
     def report(line: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
@@ -137,6 +143,7 @@ def _worker(args: argparse.Namespace) -> int:
         workdir_root=args.workdir,
         max_jobs=args.max_jobs,
         report=report,
+        signer=signer,
     )
     report(f"worker {worker_id} ran {handled} job(s)")
     return 0
@@ -180,6 +187,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from runner.signing import add_signing_key_option
 
     p = subparsers.add_parser(
         "runner",
@@ -258,6 +266,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="folder for the jobs' working folders (default: the system's temporary folder)",
     )
+    add_signing_key_option(w)
     w.set_defaults(func=_worker)
 
     st = sub.add_parser(

@@ -1,24 +1,33 @@
 """The results store: every accepted run, content-addressed, written atomically and never overwritten.
 
-The runner writes it (one *verified* entry per finished job), ``knowgic store add`` adds *local* runs (a
-``results.json`` someone made with ``knowgic evaluate``), and the leaderboard reads it. One folder::
+The runner writes it (one signed *verified* entry per finished job), ``knowgic store add`` adds *local* runs
+(a ``results.json`` someone made with ``knowgic evaluate``), and the leaderboard reads it. One folder::
 
     STORE/
       results/<sha256>.json        results.json as written; <sha256> is the document's own "sha256" field
                                    (knowgic.evaluation.results.content_sha256), so the name proves the content
       submissions/<sha256>.<ext>   a submission archive (.tar.gz or .zip), by the sha256 of its bytes
-      entries/<entry_id>.json      one accepted run: source, results sha256, manifest, job record, date
+      entries/<entry_id>.json      one accepted run: source, results sha256, manifest, job record, date,
+                                   and for a runner run the worker's signature (store_entry.schema.json)
       queue.sqlite                 the runner's default queue database
+
+Nothing in the folder is believed for being there. A results file passes :mod:`runner.store_checks` (size,
+finite numbers, declared ranges, intervals, every headline value recomputed from its records) when it is
+stored and again when it is read. An entry is *verified* only when a worker's Ed25519 signature over it
+checks against a key the reader trusts (:mod:`runner.signing`); any other entry, whatever its ``source``
+says, is read as *local*, with the reason.
 
 Every file is first written beside its final name and then hard-linked into place, which fails when the
 name exists: a second writer can never replace what a first one stored. Reading never raises on a bad file:
 :meth:`ResultsStore.scan` puts malformed, forged (hash does not match content or name), unreadable or
-dangling files into ``skipped`` with a reason a person can act on.
+dangling files, and results files that no entry names, into ``skipped`` with a reason a person can act on.
 
-Verification (schema and content hash) of a large results file costs tens of milliseconds, so a store of
+Verifying a full results file (schema, hash, recomputed metrics) costs most of a second, so a store of
 thousands of runs remembers what it verified: per process in memory, and across processes as small summary
-files in the user cache keyed by the file's sha256, size and modification time. A file changed on disk
-after it was verified gets new stat values and is verified again.
+files in the user cache (never in the store) keyed by the file's sha256, size, modification time and the
+checks' version. A file changed on disk after it was verified gets new stat values and is verified again.
+``scan(verify=False)`` returns at once with what is already verified and lists the rest as ``unverified``,
+for a reader that verifies them in the background (the leaderboard).
 """
 
 from __future__ import annotations
@@ -40,19 +49,22 @@ import jsonschema
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.results import content_sha256, results_schema
 from knowgic.paths import cache_dir
+from runner.signing import Signer, TrustedKeys
+from runner.store_checks import LIMITS, CheckFailed, check_sizes, check_values, parse_json, read_capped
 
 STORE_VERSION = 1
 SOURCES = ("verified", "local")
+# Bumped whenever the checks a results file passes change: summaries verified by older checks are redone.
+CHECKS_VERSION = 2
 # Parts of a results document that a table row needs; per-edit records and chains are read on demand.
 _SUMMARY_DROPS = ("per_edit", "chains")
 _ENTRY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _ARCHIVE_SUFFIXES = (".tar.gz", ".zip")
-_ENTRY_KEYS = ("store_version", "entry_id", "source", "results_sha256", "added_at")
 
 
-class StoreFileError(KnowgicError):
-    """A file in the store is malformed, forged, unreadable or points at something missing."""
+class StoreFileError(CheckFailed):
+    """A file in the store is malformed, forged, unreadable, too large or points at something missing."""
 
 
 def default_store_root() -> Path:
@@ -90,7 +102,7 @@ class StoreEntry:
     """
 
     entry_id: str
-    source: str
+    source: str  # "verified" only with a trusted signature; else "local"
     results_sha256: str
     summary: dict[str, Any]
     manifest: dict[str, Any] | None
@@ -100,10 +112,11 @@ class StoreEntry:
     label: str | None
     path: Path
     results_file: Path
+    trust: str = ""  # who signed a verified entry, or why an entry is read as local
 
     @property
     def document(self) -> dict[str, Any]:
-        """The full results document, read and verified again (schema, content hash, file name)."""
+        """The full results document, read and verified again (every check of :mod:`runner.store_checks`)."""
         return _read_results(self.results_file, expected_sha=self.results_sha256, validator=_validator())
 
 
@@ -111,12 +124,20 @@ class StoreEntry:
 class StoreScan:
     entries: list[StoreEntry] = field(default_factory=list)
     skipped: list[SkippedFile] = field(default_factory=list)
+    unverified: list[Path] = field(default_factory=list)  # entry files whose results are not verified yet
 
 
 @lru_cache(maxsize=1)
 def _validator() -> jsonschema.Draft202012Validator:
     """The results schema's validator, built once per process (building it resolves every $ref)."""
     return jsonschema.Draft202012Validator(results_schema())
+
+
+@lru_cache(maxsize=1)
+def _entry_validator() -> jsonschema.Draft202012Validator:
+    from knowgic.dataset.schemas import load_schema
+
+    return jsonschema.Draft202012Validator(load_schema("store_entry"))
 
 
 def _schema_problem(document: Any, validator: jsonschema.Draft202012Validator) -> str | None:
@@ -129,9 +150,14 @@ def _schema_problem(document: Any, validator: jsonschema.Draft202012Validator) -
 
 
 def _verify_document(document: Any, where: str, validator: jsonschema.Draft202012Validator) -> str:
-    """Check schema and self-hash; return the sha256. Raises :class:`StoreFileError` naming the problem."""
+    """Every check of :mod:`runner.store_checks` (sizes, schema, self-hash, values, recomputed metrics);
+    return the sha256. Raises :class:`StoreFileError` naming the problem."""
     if not isinstance(document, dict):
         raise StoreFileError(f"{where}: a results document is a JSON object, found {type(document).__name__}")
+    try:
+        check_sizes(document, where)
+    except CheckFailed as exc:
+        raise StoreFileError(str(exc)) from None
     problem = _schema_problem(document, validator)
     if problem is not None:
         raise StoreFileError(f"{where} does not follow results.schema.json: {problem}")
@@ -140,31 +166,30 @@ def _verify_document(document: Any, where: str, validator: jsonschema.Draft20201
         raise StoreFileError(
             f"{where}: recorded sha256 does not match its content (edited after it was written?)"
         )
+    try:
+        check_values(document, where)
+    except CheckFailed as exc:
+        raise StoreFileError(str(exc)) from None
     return sha
 
 
 def verify_results(document: Any, where: str) -> str:
-    """Check a results document's schema and self-hash as the store does; return its sha256.
-
-    Raises :class:`StoreFileError` naming the problem (``where`` says which file or upload it is)."""
+    """Check a results document as the store does (sizes, schema, self-hash, values, recomputed metrics);
+    return its sha256. Raises :class:`StoreFileError` naming the problem (``where``: which file it is)."""
     return _verify_document(document, where, _validator())
 
 
-def _read_json(path: Path, what: str) -> Any:
+def _read_json(path: Path, what: str, max_bytes: int) -> Any:
     try:
-        return json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise StoreFileError(f"{what} {path} does not exist") from None
-    except OSError as exc:
-        raise StoreFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StoreFileError(f"{what} {path} is not valid JSON: {exc}") from None
+        return parse_json(read_capped(path, what, max_bytes), f"{what} {path}")
+    except CheckFailed as exc:
+        raise StoreFileError(str(exc)) from None
 
 
 def _read_results(
     path: Path, expected_sha: str, validator: jsonschema.Draft202012Validator
 ) -> dict[str, Any]:
-    document = _read_json(path, "results file")
+    document = _read_json(path, "results file", LIMITS.file_bytes)
     sha = _verify_document(document, str(path), validator)
     if sha != expected_sha:
         raise StoreFileError(f"{path}: its content hash {sha[:12]}… is not the one its name/entry gives")
@@ -182,12 +207,28 @@ def _now() -> str:
 class ResultsStore:
     """A results store folder (see the module docstring). Nothing is created until the first write."""
 
-    def __init__(self, root: str | Path, verified_cache: Path | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        verified_cache: Path | None = None,
+        trusted_keys: TrustedKeys | None = None,
+    ) -> None:
+        """``trusted_keys``: the keys whose signatures make an entry verified (default: the trusted keys
+        file of :func:`runner.signing.default_trusted_keys_path`, read at the first scan)."""
         self.root = Path(root)
         # Summaries of verified results files, shared by every process of this user.
         self._cache_root = verified_cache
+        self._trusted = trusted_keys
         self._memo: dict[tuple[str, int, int], dict[str, Any]] = {}
-        self._records: dict[tuple[str, int, int], dict[str, Any]] = {}  # entry files by (name, size, mtime)
+        self._failed: dict[tuple[str, int, int], str] = {}  # results files that failed, and why
+        # Entry files by (name, size, mtime): the checked record and why it is (not) verified.
+        self._records: dict[tuple[str, int, int], tuple[dict[str, Any], str | None]] = {}
+
+    @property
+    def trusted_keys(self) -> TrustedKeys:
+        if self._trusted is None:
+            self._trusted = TrustedKeys.load()
+        return self._trusted
 
     # -- layout ---------------------------------------------------------------------------------------
     @property
@@ -250,19 +291,15 @@ class ResultsStore:
             document: Any = dict(results)
             where = "results document"
             data = json.dumps(document, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
+            if len(data) > LIMITS.file_bytes:
+                raise StoreFileError(
+                    f"{where} is {len(data):,} bytes; the store accepts at most {LIMITS.file_bytes:,}"
+                )
         else:
             path = Path(results)
             where = str(path)
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:
-                raise KnowgicError(f"results file {path} does not exist") from None
-            except OSError as exc:
-                raise KnowgicError(f"cannot read results file {path}: {exc.strerror or exc}") from None
-            try:
-                document = json.loads(data)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise KnowgicError(f"results file {path} is not valid JSON: {exc}") from None
+            data = read_capped(path, "results file", LIMITS.file_bytes)
+            document = parse_json(data, f"results file {path}")
         sha = _verify_document(document, where, _validator())
         target = self.results_path(sha)
         if not self._create(target, data):
@@ -291,9 +328,16 @@ class ResultsStore:
         if not _ENTRY_ID.match(entry_id):
             raise KnowgicError(f"entry id {entry_id!r} is not a safe name (letters, digits, '.', '_', '-')")
         path = self.entry_path(entry_id)
+        problem = _schema_problem(record, _entry_validator())
+        if problem is not None:
+            raise KnowgicError(f"entry {entry_id!r} does not follow store_entry.schema.json: {problem}")
         data = json.dumps(record, indent=2, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n"
+        if len(data) > LIMITS.entry_bytes:
+            raise KnowgicError(
+                f"entry {entry_id!r} is {len(data):,} bytes; the store accepts at most {LIMITS.entry_bytes:,}"
+            )
         if not self._create(path, data):
-            existing = _read_json(path, "store entry")
+            existing = _read_json(path, "store entry", LIMITS.entry_bytes)
             if existing.get("results_sha256") != record["results_sha256"]:
                 raise KnowgicError(
                     f"the store already has an entry {entry_id!r} for other results "
@@ -308,27 +352,29 @@ class ResultsStore:
         archive_path: str | Path,
         manifest: Mapping[str, Any],
         job: Mapping[str, Any],
+        signer: Signer,
     ) -> StoreEntry:
-        """Store a run made by the runner: its results, the submission archive and the job record.
+        """Store a run made by the runner: its results, the submission archive and the job record, signed
+        with the worker's key (``signer``).
 
         The entry id is the job id, so a job whose worker died after storing is recorded once.
         """
         job_id = str(job.get("job_id", ""))
         results_sha = self.put_results(results)
         submission_sha = self.put_submission(archive_path)
-        return self._add_entry(
-            {
-                "store_version": STORE_VERSION,
-                "entry_id": job_id,
-                "source": "verified",
-                "results_sha256": results_sha,
-                "submission_sha256": submission_sha,
-                "manifest": dict(manifest),
-                "job": dict(job),
-                "added_at": _now(),
-                "label": None,
-            }
-        )
+        record = {
+            "store_version": STORE_VERSION,
+            "entry_id": job_id,
+            "source": "verified",
+            "results_sha256": results_sha,
+            "submission_sha256": submission_sha,
+            "manifest": dict(manifest),
+            "job": dict(job),
+            "added_at": _now(),
+            "label": None,
+        }
+        # The record is signed as it will read back (JSON round trip), so that the reader's bytes match.
+        return self._add_entry(signer.sign(json.loads(json.dumps(record, ensure_ascii=False))))
 
     def add_local(self, results_path: str | Path, *, label: str | None = None) -> StoreEntry:
         """Store a ``results.json`` someone ran locally; adding the same results again is a no-op."""
@@ -348,35 +394,55 @@ class ResultsStore:
         )
 
     # -- reading --------------------------------------------------------------------------------------
-    def _verified_summary(self, path: Path, sha: str) -> dict[str, Any]:
-        """The summary of a results file, verified once per (sha256, size, mtime)."""
+    def _stat_key(self, path: Path, sha: str) -> tuple[str, int, int]:
         try:
             stat = path.stat()
         except FileNotFoundError:
             raise StoreFileError(f"results file {path} is missing") from None
         except OSError as exc:
             raise StoreFileError(f"cannot read results file {path}: {exc.strerror or exc}") from None
-        key = (sha, stat.st_size, stat.st_mtime_ns)
+        return (sha, stat.st_size, stat.st_mtime_ns)
+
+    def _cache_file(self, key: tuple[str, int, int]) -> Path:
+        sha, size, mtime = key
+        return self._summary_cache_dir() / f"{sha}-{size}-{mtime}-c{CHECKS_VERSION}.json"
+
+    def _cached_summary(self, key: tuple[str, int, int]) -> dict[str, Any] | None:
+        """The summary of a results file verified earlier (this process or another), or None; raises
+        :class:`StoreFileError` again for a file that failed in this process (unchanged since)."""
         if key in self._memo:
             return self._memo[key]
-        cache_file = self._summary_cache_dir() / f"{sha}-{stat.st_size}-{stat.st_mtime_ns}.json"
-        summary = None
+        if key in self._failed:
+            raise StoreFileError(self._failed[key])
         try:
-            cached = json.loads(cache_file.read_bytes())
-            if isinstance(cached, dict) and cached.get("sha256") == sha:
-                summary = cached
+            cached = json.loads(self._cache_file(key).read_bytes())
         except (OSError, ValueError):
-            pass
-        if summary is None:
+            return None
+        if isinstance(cached, dict) and cached.get("sha256") == key[0]:
+            self._memo[key] = cached
+            return cached
+        return None
+
+    def _verified_summary(self, path: Path, sha: str) -> dict[str, Any]:
+        """The summary of a results file, verified once per (sha256, size, mtime, checks version)."""
+        key = self._stat_key(path, sha)
+        summary = self._cached_summary(key)
+        if summary is not None:
+            return summary
+        try:
             summary = _summary(_read_results(path, sha, _validator()))
-            try:
-                cache_file.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=cache_file.parent, prefix=".summary.")
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    json.dump(summary, handle, ensure_ascii=False)
-                os.replace(tmp, cache_file)
-            except OSError:
-                pass  # a read-only cache only costs speed
+        except StoreFileError as exc:
+            self._failed[key] = str(exc)
+            raise
+        cache_file = self._cache_file(key)
+        try:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=cache_file.parent, prefix=".summary.")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(summary, handle, ensure_ascii=False)
+            os.replace(tmp, cache_file)
+        except OSError:
+            pass  # a read-only cache only costs speed
         self._memo[key] = summary
         return summary
 
@@ -385,90 +451,140 @@ class ResultsStore:
             self._cache_root = cache_dir() / "store-summaries"
         return self._cache_root
 
-    def _entry_record(self, path: Path) -> dict[str, Any]:
-        """An entry file's record, checked (not its results); raises :class:`StoreFileError`."""
-        record = _read_json(path, "store entry")
+    def _entry_record(self, path: Path) -> tuple[dict[str, Any], str | None]:
+        """An entry file's record, checked (not its results), and why it is not verified (None when it
+        is); raises :class:`StoreFileError`."""
+        record = _read_json(path, "store entry", LIMITS.entry_bytes)
         if not isinstance(record, dict):
             raise StoreFileError(f"store entry {path} is not a JSON object")
-        missing = [k for k in _ENTRY_KEYS if k not in record]
-        if missing:
-            raise StoreFileError(f"store entry {path} lacks {', '.join(missing)}")
-        if record["store_version"] != STORE_VERSION:
+        if "store_version" in record and record["store_version"] != STORE_VERSION:
             raise StoreFileError(
                 f"store entry {path} has store_version {record['store_version']!r}; this knowgic reads "
                 f"{STORE_VERSION}"
             )
-        if record["source"] not in SOURCES:
-            raise StoreFileError(f"store entry {path}: unknown source {record['source']!r}")
+        try:
+            check_sizes(record, f"store entry {path}")
+        except CheckFailed as exc:
+            raise StoreFileError(str(exc)) from None
+        problem = _schema_problem(record, _entry_validator())
+        if problem is not None:
+            raise StoreFileError(f"store entry {path} does not follow store_entry.schema.json: {problem}")
         if f"{record['entry_id']}.json" != path.name:
             raise StoreFileError(f"store entry {path} names itself {record['entry_id']!r}")
-        sha = record["results_sha256"]
-        if not isinstance(sha, str) or not _SHA256.match(sha):
-            raise StoreFileError(f"store entry {path}: results_sha256 {sha!r} is not a sha256")
-        submission_sha = record.get("submission_sha256")
-        if submission_sha is not None and (
-            not isinstance(submission_sha, str) or not _SHA256.match(submission_sha)
-        ):
-            raise StoreFileError(f"store entry {path}: submission_sha256 {submission_sha!r} is not a sha256")
-        if record["source"] == "verified" and submission_sha is None:
+        if record["source"] == "verified" and record.get("submission_sha256") is None:
             raise StoreFileError(f"store entry {path}: a verified run names no submission archive")
-        for key in ("manifest", "job"):
-            if record.get(key) is not None and not isinstance(record[key], dict):
-                raise StoreFileError(f"store entry {path}: {key} is not a JSON object")
-        return record
+        untrusted = None
+        if record["source"] == "verified":
+            untrusted = self.trusted_keys.check(record)
+        return record, untrusted
 
-    def _entry(self, record: dict[str, Any], path: Path) -> StoreEntry:
+    def _entry(
+        self, record: dict[str, Any], untrusted: str | None, path: Path, summary: dict[str, Any]
+    ) -> StoreEntry:
         submission_sha = record.get("submission_sha256")
         if submission_sha is not None and self.submission_path(submission_sha) is None:
             raise StoreFileError(
                 f"store entry {path}: its submission archive {submission_sha[:12]}… is missing"
             )
-        results_file = self.results_path(record["results_sha256"])
+        if record["source"] != "verified":
+            source, trust = "local", "a local run (not made by a worker)"
+        elif untrusted is None:
+            source = "verified"
+            trust = f"signed by {self.trusted_keys.describe(record['signature']['key'])}"
+        else:
+            source, trust = "local", f"shown as local: it claims to be verified, but {untrusted}"
         return StoreEntry(
             entry_id=record["entry_id"],
-            source=record["source"],
+            source=source,
             results_sha256=record["results_sha256"],
-            summary=self._verified_summary(results_file, record["results_sha256"]),
+            summary=summary,
             manifest=record.get("manifest"),
             job=record.get("job"),
             submission_sha256=submission_sha,
             added_at=str(record["added_at"]),
             label=record.get("label"),
             path=path,
-            results_file=results_file,
+            results_file=self.results_path(record["results_sha256"]),
+            trust=trust,
         )
+
+    def _record(self, path: Path) -> tuple[dict[str, Any], str | None]:
+        stat = path.stat()
+        key = (path.name, stat.st_size, stat.st_mtime_ns)
+        cached = self._records.get(key)
+        if cached is None:
+            cached = self._records[key] = self._entry_record(path)
+        return cached
 
     def load_entry(self, path: str | Path) -> StoreEntry:
         """Read one entry file and verify the results it names; raises :class:`StoreFileError`."""
         path = Path(path)
-        return self._entry(self._entry_record(path), path)
+        try:
+            record, untrusted = self._record(path)
+        except FileNotFoundError:
+            raise StoreFileError(f"store entry {path} does not exist") from None
+        except OSError as exc:
+            raise StoreFileError(f"cannot read store entry {path}: {exc.strerror or exc}") from None
+        sha = record["results_sha256"]
+        return self._entry(record, untrusted, path, self._verified_summary(self.results_path(sha), sha))
 
-    def scan(self) -> StoreScan:
-        """Every entry, verified; bad files in ``skipped``. Unchanged files are not read again."""
+    def scan(self, *, verify: bool = True) -> StoreScan:
+        """Every entry, verified; bad files in ``skipped``. Unchanged files are not read again.
+
+        ``verify=False``: entries whose results were verified before (by this process or, through the
+        cache, by another) are returned at once; the others are listed in ``unverified`` (give each to
+        :meth:`load_entry`). Results files that no readable entry names are skipped files too."""
         scan = StoreScan()
         try:
             paths = sorted(p for p in self.entries_dir.iterdir() if not p.name.startswith("."))
         except FileNotFoundError:
-            return scan
+            paths = []
         except OSError as exc:
             scan.skipped.append(
                 SkippedFile(self.entries_dir, f"cannot list the entries: {exc.strerror or exc}")
             )
             return scan
+        named: set[str] = set()
         for path in paths:
             if path.suffix != ".json":
                 scan.skipped.append(SkippedFile(path, "not an entry file (entries end in .json)"))
                 continue
             try:
-                stat = path.stat()
-                key = (path.name, stat.st_size, stat.st_mtime_ns)
-                record = self._records.get(key)
-                if record is None:
-                    record = self._records[key] = self._entry_record(path)
+                record, untrusted = self._record(path)
+                sha = record["results_sha256"]
+                named.add(sha)
                 # The results file is checked every time (a stat, then the memo): it may have changed.
-                scan.entries.append(self._entry(record, path))
+                results_file = self.results_path(sha)
+                if verify:
+                    summary = self._verified_summary(results_file, sha)
+                else:
+                    summary = self._cached_summary(self._stat_key(results_file, sha))
+                    if summary is None:
+                        scan.unverified.append(path)
+                        continue
+                scan.entries.append(self._entry(record, untrusted, path, summary))
             except StoreFileError as exc:
                 scan.skipped.append(SkippedFile(path, str(exc)))
             except OSError as exc:
                 scan.skipped.append(SkippedFile(path, f"cannot read it: {exc.strerror or exc}"))
+        scan.skipped.extend(self._orphans(named))
         return scan
+
+    def _orphans(self, named: set[str]) -> list[SkippedFile]:
+        """Files in ``results/`` that no readable entry names: never shown, so listed with the reason."""
+        try:
+            paths = sorted(p for p in self.results_dir.iterdir() if not p.name.startswith("."))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            return [SkippedFile(self.results_dir, f"cannot list the results: {exc.strerror or exc}")]
+        orphans = []
+        for path in paths:
+            if path.name.endswith(".json") and path.name[:-5] in named:
+                continue
+            if path.suffix != ".json" or not _SHA256.match(path.name[:-5]):
+                reason = "not a results file of the store (results/<sha256>.json)"
+            else:
+                reason = "no entry names this results file; add it with `knowgic store add`"
+            orphans.append(SkippedFile(path, reason))
+        return orphans

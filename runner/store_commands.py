@@ -1,4 +1,11 @@
-"""``knowgic store add`` and ``knowgic store list``: put local runs into a results store and list what it holds."""
+"""``knowgic store``: put local runs into a results store, list what it holds, and manage signing keys.
+
+knowgic store add RESULTS...     verify each results.json (sizes, schema, hash, values, recomputed
+                                 metrics) and store it as a local run
+knowgic store list               every run (verified only with a trusted signature) and skipped file
+knowgic store keygen [--key P]   a worker's Ed25519 signing key; its public line joins the trusted keys
+knowgic store trust KEY.pub      add a worker's public key to this host's trusted keys
+"""
 
 from __future__ import annotations
 
@@ -40,11 +47,13 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from runner.signing import TrustedKeys
     from runner.store import ResultsStore, default_store_root
 
-    store = ResultsStore(args.store or default_store_root())
-    if not store.root.is_dir():
-        raise KnowgicError(f"results store {store.root} does not exist")
+    root = args.store or default_store_root()
+    if not root.is_dir():
+        raise KnowgicError(f"results store {root} does not exist")
+    store = ResultsStore(root, trusted_keys=TrustedKeys.load(args.trusted_keys))
     scan = store.scan()
     for entry in scan.entries:
         config = entry.summary["config"]
@@ -52,13 +61,67 @@ def _list(args: argparse.Namespace) -> int:
             f"{entry.entry_id}\t{entry.source}\t{config['model']}\t{config['editor']}\t{config['protocol']}\t"
             f"{config['mode']}\t{entry.summary['dataset']['version']}\t{entry.results_sha256[:12]}"
         )
+    for entry in scan.entries:
+        if entry.source == "local" and entry.trust.startswith("shown as local"):
+            print(f"note: {entry.entry_id}: {entry.trust}")
     for skipped in scan.skipped:
         print(f"skipped: {skipped.path}: {skipped.reason}")
-    print(f"{len(scan.entries)} run(s), {len(scan.skipped)} skipped file(s) in {store.root}")
+    verified = sum(e.source == "verified" for e in scan.entries)
+    print(
+        f"{len(scan.entries)} run(s) ({verified} verified), {len(scan.skipped)} skipped file(s) in {store.root}"
+    )
+    return 0
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    from runner.signing import default_signing_key_path, default_trusted_keys_path, generate_key
+
+    path = args.key or default_signing_key_path()
+    signer = generate_key(path, args.comment)
+    print(f"signing key: {path} (keep it on worker hosts only; mode 0600)")
+    print(f"public key:  {path}.pub ({signer.fingerprint})")
+    if not args.no_trust:
+        trusted = args.trusted_keys or default_trusted_keys_path()
+        _append_trusted(trusted, Path(f"{path}.pub").read_text(encoding="utf-8").strip())
+        print(f"trusted on this host: added to {trusted}")
+    return 0
+
+
+def _append_trusted(trusted: Path, line: str) -> bool:
+    """Add a public key line to a trusted keys file unless a key with its fingerprint is there."""
+    from runner.signing import TrustedKeys, parse_public_line
+
+    key = parse_public_line(line, "the public key")
+    if trusted.exists() and key.fingerprint in TrustedKeys.load(trusted).keys:
+        return False
+    trusted.parent.mkdir(parents=True, exist_ok=True)
+    with trusted.open("a", encoding="utf-8") as handle:
+        handle.write(line + "\n")
+    return True
+
+
+def _trust(args: argparse.Namespace) -> int:
+    from runner.signing import default_trusted_keys_path, parse_public_line
+
+    try:
+        text = args.public_key.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KnowgicError(f"cannot read the public key {args.public_key}: {exc}") from None
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    if len(lines) != 1:
+        raise KnowgicError(
+            f"{args.public_key}: expected one 'ssh-ed25519 KEY comment' line, found {len(lines)}"
+        )
+    trusted = args.trusted_keys or default_trusted_keys_path()
+    fingerprint = parse_public_line(lines[0], str(args.public_key)).fingerprint
+    added = _append_trusted(trusted, lines[0])
+    print(f"{fingerprint}: {'now trusted' if added else 'already trusted'} in {trusted}")
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from runner.signing import add_trusted_keys_option
+
     p = subparsers.add_parser(
         "store",
         help="add local runs to a results store, list what a store holds",
@@ -69,8 +132,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add = sub.add_parser(
         "add",
         help="store results.json files made by `knowgic evaluate` or `sweep` (shown as 'local' runs)",
-        description="Verify each results.json (schema and content hash) and add it to the store. Adding "
-        "the same results twice is a no-op; nothing in the store is ever overwritten.",
+        description="Verify each results.json (sizes, schema, content hash, finite values in their "
+        "declared ranges, every headline metric and interval recomputed from its records) and add it to "
+        "the store. Adding the same results twice is a no-op; nothing in the store is ever overwritten.",
     )
     add.add_argument(
         "results",
@@ -84,7 +148,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ls = sub.add_parser(
         "list",
         help="list the runs in a store, and the files it skips with their reasons",
-        description="One line per run (id, source, model, editor, protocol, mode, dataset version, sha256).",
+        description="One line per run (id, source, model, editor, protocol, mode, dataset version, sha256). "
+        "A run is 'verified' only when a worker's signature over its entry checks against a trusted key.",
     )
     _store_argument(ls)
+    add_trusted_keys_option(ls)
     ls.set_defaults(func=_list)
+    keygen = sub.add_parser(
+        "keygen",
+        help="make a worker's Ed25519 signing key (and trust it on this host)",
+        description="Write a new Ed25519 private key (OpenSSH format, mode 0600; never over an existing "
+        "file) and its public line beside it (KEY.pub), and add the public line to this host's trusted "
+        "keys. On a leaderboard host that runs no worker, add the workers' KEY.pub with `knowgic store "
+        "trust` instead.",
+    )
+    keygen.add_argument(
+        "--key",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="where to write the private key (default: $KNOWGIC_SIGNING_KEY, else "
+        "~/.config/knowgic/signing-key)",
+    )
+    keygen.add_argument(
+        "--comment", default=None, help="comment of the public line (default: knowgic-worker@HOST)"
+    )
+    keygen.add_argument("--no-trust", action="store_true", help="do not add the key to the trusted keys")
+    add_trusted_keys_option(keygen)
+    keygen.set_defaults(func=_keygen)
+    trust = sub.add_parser(
+        "trust",
+        help="trust a worker's public key (KEY.pub) on this host",
+        description="Check a public key line (ssh-ed25519 KEY comment) and add it to the trusted keys file.",
+    )
+    trust.add_argument("public_key", type=Path, metavar="KEY.pub", help="the worker's public key file")
+    add_trusted_keys_option(trust)
+    trust.set_defaults(func=_trust)

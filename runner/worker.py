@@ -11,7 +11,8 @@ For each claimed job::
     results.json = executor.execute(job, archive, workdir, log)     # JobFailure(reason) -> FAILED
     check: results schema and content hash, and that it names the job's
            model, protocol, mode, dataset version and case limit  # else FAILED with what differs
-    store.put_results + store.add_verified(job record, archive)    # entry id = job id: stored once
+    store.put_results + store.add_verified(job record, archive)    # entry id = job id: stored once,
+                                                                   # signed with this worker's key
     queue.finish(job, results sha256)
 
 An executor raises :class:`JobFailure` when the submission is at fault: the job is FAILED with that
@@ -45,6 +46,7 @@ from typing import Any, Protocol
 
 from knowgic.errors import KnowgicError
 from runner.queue import Job, JobLost, JobQueue
+from runner.signing import Signer, load_signer
 from runner.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS
 from runner.store import ResultsStore, StoreFileError, verify_results
 
@@ -295,10 +297,12 @@ def _existing_entry_sha(store: ResultsStore, job: Job, log: Callable[[str], None
     return entry.results_sha256
 
 
-def _store(store: ResultsStore, job: Job, results: Path, archive: Path, log: Callable[[str], None]) -> str:
+def _store(
+    store: ResultsStore, job: Job, results: Path, archive: Path, signer: Signer, log: Callable[[str], None]
+) -> str:
     try:
         return store.add_verified(
-            results, archive_path=archive, manifest=job.manifest or {}, job=job.record()
+            results, archive_path=archive, manifest=job.manifest or {}, job=job.record(), signer=signer
         ).results_sha256
     except KnowgicError:
         # Another attempt of this job stored its results first (this worker was thought dead): keep those.
@@ -319,8 +323,12 @@ def run_job(
     workdir_root: Path | None,
     flag: _StopFlag,
     keep_workdir: bool = False,
+    signer: Signer | None = None,
 ) -> Job:
-    """Run one claimed job to FINISHED or FAILED (or back to PENDING when the worker is stopped)."""
+    """Run one claimed job to FINISHED or FAILED (or back to PENDING when the worker is stopped).
+
+    ``signer``: the worker's key that signs the stored entry (default: :func:`runner.signing.load_signer`)."""
+    signer = signer or load_signer()
 
     log = _JobLog(queue, job.job_id, worker_id)
     log(
@@ -347,7 +355,7 @@ def run_job(
                         log(f"[worker] results discarded: {heartbeat.lost}")
                         return queue.get(job.job_id)
                     check_results(results, job)
-                    sha = _store(store, job, results, archive, log)
+                    sha = _store(store, job, results, archive, signer, log)
                     log(f"[worker] results stored: {sha}")
                 return queue.finish(job.job_id, worker_id, sha)
             except JobFailure as failure:
@@ -396,13 +404,17 @@ def run_worker(
     max_jobs: int | None = None,
     install_signal_handlers: bool = True,
     report: Callable[[str], None] = print,
+    signer: Signer | None = None,
 ) -> int:
     """Claim and run jobs until stopped; return how many jobs this worker ran.
 
     ``once``: run at most one job, and return at once when none is PENDING. ``drain``: run jobs until none
     is PENDING, then return (batch runs). ``grace_seconds``: how long a
     RUNNING job may go without a heartbeat before it is recovered (keep it several heartbeats long).
+    ``signer``: this worker's key (default: :func:`runner.signing.load_signer`); the worker refuses to
+    start without one, because what it stores would not read as verified.
     """
+    signer = signer or load_signer()
     if grace_seconds <= heartbeat_seconds:
         raise KnowgicError(
             f"grace period {grace_seconds:g} s must be longer than the heartbeat interval {heartbeat_seconds:g} s"
@@ -433,6 +445,7 @@ def run_worker(
                     heartbeat_seconds=heartbeat_seconds,
                     workdir_root=workdir_root,
                     flag=flag,
+                    signer=signer,
                 )
                 handled += 1
                 detail = f": {done.reason}" if done.reason else ""

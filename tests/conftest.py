@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,26 @@ def evaluated_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
     )
     return out / "results.json"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def worker_signing_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A real Ed25519 worker key for the whole session, trusted through the default-path variables, so
+    that workers (in this process and in subprocesses) sign what they store and readers believe it.
+
+    Nothing is read from or written to the user's own ~/.config."""
+    from runner.signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV, generate_key
+
+    folder = tmp_path_factory.mktemp("keys")
+    key = folder / "worker-key"
+    signer = generate_key(key, "test-worker")
+    (folder / "trusted-keys").write_text(f"{signer.public_line} test-worker\n", encoding="utf-8")
+    saved = {name: os.environ.get(name) for name in (SIGNING_KEY_ENV, TRUSTED_KEYS_ENV)}
+    os.environ[SIGNING_KEY_ENV] = str(key)
+    os.environ[TRUSTED_KEYS_ENV] = str(folder / "trusted-keys")
+    yield key
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

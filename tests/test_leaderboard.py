@@ -11,6 +11,7 @@ import json
 import math
 import socket
 import tarfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 from knowgic.cli import main
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from knowgic.evaluation.results import content_sha256
+from runner.signing import load_signer
 from runner.store import ResultsStore, local_entry_id
 
 EDITORS = ("none", "ice", "rome")
@@ -88,7 +90,7 @@ def build_leaderboard_store(root: Path, knowgic_tiny: Any) -> LeaderboardFixture
     job = {"job_id": "job-scripted-1", "model": "knowgic-tiny", "state": "finished"}
     # The verified run re-uses the ICE run's results: the store records it as a second, verified entry.
     entries["verified"] = store.add_verified(
-        runs["ice"], archive_path=archive, manifest=hostile_manifest, job=job
+        runs["ice"], archive_path=archive, manifest=hostile_manifest, job=job, signer=load_signer()
     ).entry_id
 
     # Bad files, each of which the skipped panel must list with its reason.
@@ -134,10 +136,19 @@ def served(board_store):
     )
     port = free_port()
     launch_app(app, host="127.0.0.1", port=port, block=False, quiet=True)
+    wait_verified(app)
     try:
         yield app, Client(f"http://127.0.0.1:{port}/", verbose=False)
     finally:
         app.close()
+
+
+def wait_verified(app: Any, timeout: float = 120.0) -> None:
+    """Until the app's background verification of the store is done (the page answers before that)."""
+    deadline = time.monotonic() + timeout
+    while app.leaderboard_state.progress is not None:
+        assert time.monotonic() < deadline, "background verification did not finish"
+        time.sleep(0.05)
 
 
 ALL_COLUMNS = [

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
-from tests.test_leaderboard import SCRIPT, build_leaderboard_store, free_port
+from tests.test_leaderboard import SCRIPT, build_leaderboard_store, free_port, wait_verified
 
 pytestmark = pytest.mark.browser
 
@@ -56,6 +56,7 @@ def site(knowgic_tiny, tmp_path_factory):
     app = build_app(board.store.root, refresh_seconds=1.0, verified_cache=root / "cache")
     port = free_port()
     launch_app(app, host="127.0.0.1", port=port, block=False, quiet=True)
+    wait_verified(app)
     try:
         yield board, f"http://127.0.0.1:{port}/"
     finally:

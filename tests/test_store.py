@@ -13,6 +13,7 @@ from knowgic.cli import main
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from knowgic.evaluation.results import content_sha256
+from runner.signing import load_signer
 from runner.store import STORE_VERSION, ResultsStore, local_entry_id
 
 
@@ -71,11 +72,15 @@ def test_adding_the_same_run_twice_keeps_one_entry(store, tiny_runs):
 def test_an_entry_is_never_overwritten_by_other_results(store, tiny_runs):
     archive = _archive(store.root.parent)
     job = {"job_id": "job-1", "model": "knowgic-tiny"}
-    entry = store.add_verified(tiny_runs["none"], archive_path=archive, manifest={"name": "demo"}, job=job)
+    entry = store.add_verified(
+        tiny_runs["none"], archive_path=archive, manifest={"name": "demo"}, job=job, signer=load_signer()
+    )
     assert entry.source == "verified" and entry.job == job and entry.manifest == {"name": "demo"}
     assert store.submission_path(entry.submission_sha256).read_bytes() == archive.read_bytes()
     with pytest.raises(KnowgicError, match="never overwritten"):
-        store.add_verified(tiny_runs["ice"], archive_path=archive, manifest={"name": "demo"}, job=job)
+        store.add_verified(
+            tiny_runs["ice"], archive_path=archive, manifest={"name": "demo"}, job=job, signer=load_signer()
+        )
     assert store.load_entry(entry.path).results_sha256 == entry.results_sha256
 
 
@@ -174,7 +179,7 @@ def test_store_commands_add_and_list(tmp_path, tiny_runs, capsys, monkeypatch):
     (root / "entries" / "broken.json").write_text("[]", encoding="utf-8")
     assert main(["store", "list", "--store", str(root)]) == 0
     out = capsys.readouterr().out
-    assert "2 run(s), 1 skipped file(s)" in out and "broken.json" in out
+    assert "2 run(s) (0 verified), 1 skipped file(s)" in out and "broken.json" in out
 
     assert main(["store", "add", str(tmp_path / "missing"), "--store", str(root)]) == 2
     assert "does not exist" in capsys.readouterr().err

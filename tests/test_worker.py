@@ -19,6 +19,7 @@ import pytest
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.results import content_sha256
 from runner.queue import Job, JobQueue, JobState
+from runner.signing import load_signer
 from runner.store import ResultsStore
 from runner.submission import submit
 from runner.worker import JobFailure, WorkerFault, check_results, run_worker
@@ -121,6 +122,7 @@ def test_a_stored_result_of_an_earlier_attempt_is_reused(setup, evaluated_result
         archive_path=store.submission_path(job.submission_sha256),
         manifest={},
         job=claimed.record(),
+        signer=load_signer(),
     )
     time.sleep(0.3)
     [recovered] = queue.recover_stale(0.2)
