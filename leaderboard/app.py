@@ -632,7 +632,7 @@ class DetailTab:
         if archive is not None:  # a verified run's code: the submission archive it was run from
             files.append(str(self._copy(archive, f"submission-{archive.name}")))
         return (
-            views.detail_header(row, permalink),
+            views.detail_header(row, permalink) + views.private_note(document),
             views.metrics_frame(row, document),
             plots.heatmap_figure(
                 document["per_edit"][: views.DETAIL_ROWS], f"{row.model} · {row.editor}: per-edit metrics"

@@ -103,6 +103,7 @@ CATEGORICAL: tuple[tuple[str, str], ...] = (
 # The filters of the "Advanced" section: the model is chosen by the ranking's own selector.
 FILTERS: tuple[tuple[str, str], ...] = tuple(c for c in CATEGORICAL if c[0] != "model")
 EXTRA_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("private_ifr", "Private IFR"),
     ("active_chains", "Active chains"),
     ("edits", "Edits"),
     ("links", "Paper / code"),
@@ -112,12 +113,25 @@ EXTRA_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 RANK_HEADER = "Rank"
 COLUMN_HEADERS: dict[str, str] = dict(CATEGORICAL + ALL_METRICS + EXTRA_COLUMNS)
-# The source is a badge in the editor's cell (verified runs), not a column of its own.
-DEFAULT_COLUMNS: tuple[str, ...] = (*(key for key, _ in CATEGORICAL if key != "source"), *HEADLINE, "links")
+# The source is a badge in the editor's cell (verified runs), not a column of its own; the private IFR
+# shows only where some row has one.
+DEFAULT_COLUMNS: tuple[str, ...] = (
+    *(key for key, _ in CATEGORICAL if key != "source"),
+    *HEADLINE,
+    "private_ifr",
+    "links",
+)
 # Shown only where they differ between the rows asked for: a column holding one value says nothing. The
 # editor names the row, so it always shows.
 HIDE_WHEN_CONSTANT = frozenset(key for key, _ in CATEGORICAL if key != "editor")
-SORTABLE: tuple[tuple[str, str], ...] = (*ALL_METRICS, ("active_chains", "Active chains"), ("added", "Added"))
+HIDE_WHEN_EMPTY = frozenset({"private_ifr"})
+SORTABLE: tuple[tuple[str, str], ...] = (
+    *ALL_METRICS,
+    ("private_ifr", "Private IFR"),
+    ("active_chains", "Active chains"),
+    ("added", "Added"),
+)
+NO_PRIVATE = "no private split was scored in this run"
 DEFAULT_SORT = "deep_editing_score"
 PAGE_SIZE = 25
 ALL_MODELS = "all models"
@@ -214,12 +228,20 @@ class Row:
     label: str = ""
     added: str = ""
     level: float | None = None
+    # IFR on the operator's private split (None: none was scored), and whether it differs from the public
+    # IFR beyond their intervals (results.json's private.ifr_check), with the check's record.
+    private_ifr: MetricCell | None = None
+    private_check: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     entry: StoreEntry | None = field(default=None, compare=False, repr=False)
 
     @property
     def track(self) -> tuple[str, str, str, str]:
         """What a rank is among: runs of one model, protocol, mode and dataset version."""
         return (self.model, self.protocol, self.mode, self.dataset)
+
+    @property
+    def private_flagged(self) -> bool:
+        return bool(self.private_check and self.private_check.get("flagged"))
 
 
 @lru_cache(maxsize=1)
@@ -259,6 +281,15 @@ def row_from_entry(entry: StoreEntry) -> Row:
         paper = safe_url(builtin.get("paper"))
     code = safe_url(builtin.get("code")) if builtin_class else None
     counts = summary.get("counts", {})
+    private = summary.get("private")
+    private_ifr = private_check = None
+    if isinstance(private, Mapping) and isinstance(private.get("metrics"), Mapping):
+        from knowgic.evaluation.private import ifr_check
+
+        private_ifr = MetricCell.from_results(private["metrics"].get("ifr"), "not in this file")
+        # Decided here from the two metrics (as the score stage decides it), not taken from the file.
+        if isinstance(metrics.get("ifr"), Mapping) and isinstance(private["metrics"].get("ifr"), Mapping):
+            private_check = ifr_check(metrics, private["metrics"])
     return Row(
         row_id=entry.entry_id,
         source=entry.source,
@@ -276,6 +307,8 @@ def row_from_entry(entry: StoreEntry) -> Row:
         label=short(entry.label),
         added=entry.added_at,
         level=(summary.get("uncertainty") or {}).get("level"),
+        private_ifr=private_ifr,
+        private_check=private_check,
         entry=entry,
     )
 
@@ -367,6 +400,11 @@ def _frame(rows: Sequence[Row]) -> pd.DataFrame:
             record[f"{key}_low"] = cell.low
             record[f"{key}_high"] = cell.high
             record[f"{key}_reason"] = cell.reason or ""
+        private = row.private_ifr
+        record["private_ifr"] = math.nan if private is None or private.value is None else private.value
+        record["private_ifr_low"] = None if private is None else private.low
+        record["private_ifr_high"] = None if private is None else private.high
+        record["private_flagged"] = row.private_flagged
         records.append(record)
     frame = pd.DataFrame.from_records(records)
     if frame.empty:
@@ -508,7 +546,8 @@ class Board:
                     values = selected[column].astype(str).unique()
                     if len(values) == 1:
                         constant[column] = str(values[0])
-            columns = [c for c in columns if c not in constant]
+            empty = {c for c in columns if c in HIDE_WHEN_EMPTY and selected[c].isna().all()}
+            columns = [c for c in columns if c not in constant and c not in empty]
         ranked = query.part == "ranked" and bool(query.model) and query.model != ALL_MODELS
         ranks = self.ranks(str(query.model)) if ranked and len(selected) else {}
         if ranks and query.sort == DEFAULT_SORT and query.descending:
@@ -549,6 +588,8 @@ class Board:
     def _cell(row: Row, column: str) -> Any:
         if column in _METRIC_KEYS:
             return row.metrics[column].html(row.level)
+        if column == "private_ifr":
+            return private_ifr_html(row)
         if column == "links":
             return links_html(row.paper, row.code)
         if column == "row_id":
@@ -577,6 +618,7 @@ class Board:
         columns = ["row_id", *(k for k, _ in CATEGORICAL), "active_chains", "edits"]
         for key, _ in ALL_METRICS:
             columns += [key, f"{key}_n", f"{key}_low", f"{key}_high", f"{key}_reason"]
+        columns += ["private_ifr", "private_ifr_low", "private_ifr_high", "private_flagged"]
         columns += ["paper", "code", "submitter", "label", "added"]
         if selected.empty:
             return pd.DataFrame(columns=columns)
@@ -608,12 +650,28 @@ _WIDTHS = {
 
 def column_width(column: str) -> str:
     """A metric cell holds value and interval on one line; names wrap."""
-    if column in _METRIC_KEYS:
+    if column in _METRIC_KEYS or column == "private_ifr":
         return "165px"
     return _WIDTHS.get(column, "110px")
 
 
-_HTML_COLUMNS = _METRIC_KEYS | {"links", "row_id", "editor"}
+_HTML_COLUMNS = _METRIC_KEYS | {"links", "row_id", "editor", "private_ifr"}
+
+
+def private_ifr_html(row: Row) -> str:
+    """The private split's IFR as a metric cell, flagged when it differs from the public IFR beyond their
+    intervals; "–" when the run scored no private split."""
+    if row.private_ifr is None:
+        return f'<span class="kg-undefined" title="{text(NO_PRIVATE)}">–</span>'
+    cell = row.private_ifr.html(row.level)
+    if row.private_flagged:
+        check = row.private_check or {}
+        why = (
+            f"public IFR {check.get('public', float('nan')):.4f} {check.get('public_interval')}, private IFR "
+            f"{check.get('private', float('nan')):.4f} {check.get('private_interval')}: {check.get('rule', '')}"
+        )
+        cell += f' <span class="kg-flag" title="{text(why)}">⚑ differs from public</span>'
+    return cell
 
 
 def links_html(paper: str | None, code: str | None) -> str:

@@ -44,7 +44,10 @@ PER_EDIT_COLUMNS = (
     "p_new",
     "p_true",
     "reasons",
+    "prompt_prefix",
 )
+# The per-edit table shows the start of an in-context prefix; the whole prefix is in the results.json download.
+PREFIX_SHOWN_CHARS = 500
 CHAIN_COLUMNS = ("case_id", "length", "active", "r_pre", "r_post", "known_post", "chain")
 CHAIN_WIDTHS = ["70px", "64px", "64px", "70px", "70px", "90px", "auto"]
 METRICS_COLUMNS = ["Metric", "Value", "n", "Interval", "Better", "Note"]
@@ -102,8 +105,11 @@ def _value(value: Any) -> str:
 
 
 def metrics_frame(row: Row | None, document: Mapping[str, Any] | None) -> pd.DataFrame:
-    """Every metric of a result (all of results.json's when there is a document, else the row's)."""
+    """Every metric of a result (all of results.json's when there is a document, else the row's); with a
+    private split, its figures beside the public ones (Private, Private n, Private interval)."""
     records = []
+    private = (document or {}).get("private") if document is not None else None
+    private_metrics = private.get("metrics") if isinstance(private, Mapping) else None
     if row is None:
         pass
     elif document is not None:
@@ -114,16 +120,20 @@ def metrics_frame(row: Row | None, document: Mapping[str, Any] | None) -> pd.Dat
                 items = [(name, entry)]
             for path, item in items:
                 note = item.get("reason") if item.get("value") is None else item.get("interval_reason")
-                records.append(
-                    {
-                        "Metric": metric_label(path),
-                        "Value": _value(item.get("value")),
-                        "n": item.get("n"),
-                        "Interval": _interval(item),
-                        "Better": better_text(path),
-                        "Note": note or "",
-                    }
-                )
+                record = {
+                    "Metric": metric_label(path),
+                    "Value": _value(item.get("value")),
+                    "n": item.get("n"),
+                    "Interval": _interval(item),
+                    "Better": better_text(path),
+                    "Note": note or "",
+                }
+                if private_metrics is not None:
+                    other = _entry_at(private_metrics, path)
+                    record["Private"] = _value(other.get("value"))
+                    record["Private n"] = other.get("n")
+                    record["Private interval"] = _interval(other)
+                records.append(record)
     else:
         for key, header in ALL_METRICS:
             cell = row.metrics[key]
@@ -137,7 +147,54 @@ def metrics_frame(row: Row | None, document: Mapping[str, Any] | None) -> pd.Dat
                     "Note": (cell.reason if cell.value is None else cell.interval_reason) or "",
                 }
             )
-    return pd.DataFrame.from_records(records, columns=METRICS_COLUMNS).astype({"n": "object"})
+    columns = list(METRICS_COLUMNS)
+    if private_metrics is not None:
+        columns += ["Private", "Private n", "Private interval"]
+    return pd.DataFrame.from_records(records, columns=columns).astype(
+        {"n": "object", **({"Private n": "object"} if private_metrics is not None else {})}
+    )
+
+
+def _entry_at(metrics: Mapping[str, Any], path: str) -> Mapping[str, Any]:
+    head, _, tail = path.partition(".")
+    entry = metrics.get(head) or {}
+    entry = entry.get(tail) or {} if tail else entry
+    return entry if isinstance(entry, Mapping) else {}
+
+
+def private_note(document: Mapping[str, Any]) -> str:
+    """What the detail header says about a private split: which one, both IFRs, and the flag."""
+    private = document.get("private")
+    if not isinstance(private, Mapping):
+        return ""
+    esc = html.escape
+    from knowgic.evaluation.private import ifr_check
+
+    dataset = private.get("dataset") or {}
+    try:  # decided here from the two metrics, as the score stage decides it, not taken from the file
+        check = ifr_check(document["metrics"], private["metrics"])
+    except (KeyError, TypeError):
+        check = {}
+    counts = private.get("counts") or {}
+
+    def shown(value: Any, interval: Any) -> str:
+        return f"{_value(value)} {_interval({'interval': interval})}"
+
+    lines = [
+        f'<p class="kg-private">Private split {esc(str(dataset.get("name", "")))} '
+        f"{esc(str(dataset.get('version', '')))} (sha256 {esc(str(dataset.get('sha256', ''))[:12])}…, "
+        f"{esc(str(counts.get('chains', '–')))} chains of {esc(str(counts.get('edits', '–')))} edits): "
+        f"IFR public {esc(shown(check.get('public'), check.get('public_interval')))}, private "
+        f"{esc(shown(check.get('private'), check.get('private_interval')))}.</p>"
+    ]
+    if check.get("flagged"):
+        lines.append(
+            '<p class="kg-flag"><strong>⚑ Public and private IFR differ beyond their intervals</strong>: the '
+            "method may have learned the published chains rather than edited the facts.</p>"
+        )
+    elif check.get("reason"):
+        lines.append(f'<p class="kg-private">Not compared: {esc(str(check["reason"]))}.</p>')
+    return "\n".join(lines)
 
 
 def detail_header(row: Row, permalink: str) -> str:
@@ -208,6 +265,8 @@ def per_edit_frame(document: Mapping[str, Any]) -> pd.DataFrame:
             value = record.get(column)
             if column == "reasons":
                 value = "; ".join(f"{k}: {v}" for k, v in (value or {}).items())
+            elif column == "prompt_prefix":
+                value = _prefix_cell(value)
             elif isinstance(value, float):
                 value = round(value, 4)
             elif value is None and column not in ("subject", "prompt", "target_true", "target_new"):
@@ -216,6 +275,16 @@ def per_edit_frame(document: Mapping[str, Any]) -> pd.DataFrame:
         records.append(shown)
     records = _bounded_records(records, len(per_edit), PER_EDIT_COLUMNS, "edits")
     return pd.DataFrame.from_records(records, columns=list(PER_EDIT_COLUMNS)).astype("object")
+
+
+def _prefix_cell(prefix: Any) -> str:
+    """An edit's in-context prefix as the table shows it: "–" for none (or a document from before prefixes
+    were recorded), else its start, bounded, with its full length."""
+    if not isinstance(prefix, str) or not prefix:
+        return "–"
+    if len(prefix) <= PREFIX_SHOWN_CHARS:
+        return prefix
+    return f"{prefix[:PREFIX_SHOWN_CHARS]}… ({len(prefix)} characters; all of it in results.json)"
 
 
 def edit_choices(document: Mapping[str, Any]) -> list[tuple[str, str]]:

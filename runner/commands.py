@@ -2,6 +2,7 @@
 
     knowgic runner submit PATH            validate a submission, store it, queue its jobs
     knowgic runner worker [--gpus auto]   claim and run jobs until stopped (one worker per GPU host)
+          [--private-dataset PATH]        score a private split too (mounted into the score stage only)
     knowgic runner status [--json]        every job and its state
     knowgic runner logs JOB               a job's log
     knowgic runner requeue JOB            run a FAILED or CANCELLED job again
@@ -118,13 +119,28 @@ def _worker(args: argparse.Namespace) -> int:
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
     # Looked up on the module at call time: the worker always runs submitted code through an executor
     # that isolates it (the container executor), never in this process.
-    executor = worker_module.default_executor(gpus)
+    private = None
+    if args.private_dataset is not None:  # the operator's mistake fails here, not in every job
+        from knowgic.dataset.loading import dataset_ref, load_cases
+        from knowgic.dataset.private import read_private_split
+
+        private = read_private_split(args.private_dataset)
+        public = dataset_ref(None)
+        private.check_edits(load_cases(public.version), public.version)
+    executor = worker_module.default_executor(gpus, private_dataset=args.private_dataset)
     device = worker_module.device_label(gpus)
     print(
         f"worker {worker_id}: queue {queue!r}, store {store.root}, device {device}, signing key "
         f"{signer.fingerprint}",
         flush=True,
     )
+    if private is not None:
+        edits = len({case.request for case in private.cases})
+        print(
+            f"worker {worker_id}: private split {private.folder} ({len(private.cases)} chains of {edits} edits, "
+            f"sha256 {private.ref.sha256[:12]}…), scored beside the public chains",
+            flush=True,
+        )
 
     def report(line: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
@@ -228,6 +244,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="auto",
         help="give the containers every GPU of this host (all), none (CPU), or all when there is one (auto, "
         "the default)",
+    )
+    w.add_argument(
+        "--private-dataset",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="a private split (dataset folder, same schemas; knowgic dataset holdout writes one) that the score "
+        "stage alone sees: results carry public and private figures side by side",
     )
     w.add_argument("--once", action="store_true", help="run at most one job, and stop when none is waiting")
     w.add_argument("--drain", action="store_true", help="run jobs until none is waiting, then stop")

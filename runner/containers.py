@@ -69,6 +69,8 @@ STAGE_LABEL = "org.knowgic.stage"
 # stops by itself), and seconds the edit stage may take to exit once the score stage has ended (the
 # editor's process may still be winding down after it wrote its marker): past these, the stage is killed.
 SCORE_GRACE_SECONDS = 60.0
+# Where the score container sees the operator's private split (read-only).
+PRIVATE_DIR = "/private"
 EDIT_GRACE_SECONDS = 30.0
 _ERROR_LINE = re.compile(r"^(error: .*|[A-Za-z_.]*(Error|Exception|Interrupt)\b.*)$")
 
@@ -160,6 +162,8 @@ class ContainerExecutor:
     ``$KNOWGIC_RUNNER_IMAGE`` or ``knowgic-runner:<version>``). ``model_cache`` (default
     ``$KNOWGIC_MODEL_CACHE``): a host Hugging Face cache folder (what ``HF_HOME`` names) with the models
     the jobs ask for, mounted read-only at /cache/huggingface in both containers, which never download.
+    ``private_dataset``: a private split folder (:mod:`knowgic.dataset.private`), mounted read-only at
+    /private into the score stage only, which scores its chains beside the public ones.
     """
 
     gpus: str = "auto"
@@ -169,6 +173,7 @@ class ContainerExecutor:
     quota: str = field(default_factory=lambda: os.environ.get("KNOWGIC_DELTA_QUOTA") or DEFAULT_DELTA_QUOTA)
     deltas_cap: str | None = field(default_factory=lambda: os.environ.get("KNOWGIC_DELTA_CAP"))
     model_cache: Path | None = field(default_factory=lambda: _env_path("KNOWGIC_MODEL_CACHE"))
+    private_dataset: Path | None = None
     client: Any = None
 
     def __post_init__(self) -> None:
@@ -184,6 +189,10 @@ class ContainerExecutor:
         self.runner_image = self.runner_image or default_runner_image()
         if self.model_cache is not None and not Path(self.model_cache).is_dir():
             raise KnowgicError(f"model cache {self.model_cache} (KNOWGIC_MODEL_CACHE) is not a folder")
+        if self.private_dataset is not None:
+            from knowgic.dataset.private import read_private_split
+
+            self.private_dataset = read_private_split(self.private_dataset).folder.resolve()
         if self.client is None:
             self.client = ensure_docker()
         self.runner_image_id = image_id(self.client, self.runner_image)  # fails now, with how to build it
@@ -301,11 +310,18 @@ class ContainerExecutor:
                         "/out",
                         "--timeout",
                         f"{self.edit_limits.timeout_seconds + SCORE_GRACE_SECONDS:g}",
+                        *(["--private-dataset", PRIVATE_DIR] if self.private_dataset is not None else []),
                     ],
                     mounts=[
                         *shared,
                         Mount(deltas, "/deltas", writable=True),
                         Mount(out, "/out", writable=True),
+                        # The private split: the score stage's alone, never mounted where submitted code runs.
+                        *(
+                            [Mount(self.private_dataset, PRIVATE_DIR)]
+                            if self.private_dataset is not None
+                            else []
+                        ),
                     ],
                     limits=score_limits,
                     gpus="all" if self.use_gpus else "none",

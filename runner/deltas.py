@@ -17,8 +17,10 @@ disk stays bounded while the score stage consumes (and deletes) deltas.
 The trusted side (:class:`DeltaReader`) opens only names it derives itself, refuses links and anything that
 is not a regular file, bounds every size before reading, parses tensors with safetensors (never pickle), and
 checks that each tensor is a parameter or buffer of the model with its shape and dtype and finite values,
-and that the sidecar follows :data:`SIDECAR_SCHEMA` and covers exactly the expected edits. Anything else
-raises :class:`DeltaError` with the reason, which fails the job.
+and that the sidecar follows :data:`SIDECAR_SCHEMA` and covers exactly the expected edits. Each key is
+scored once: a delta that reappears after its key was consumed, or that is replaced while being scored,
+is a second delta for an edit already scored. Anything else raises :class:`DeltaError` with the reason,
+which fails the job.
 """
 
 from __future__ import annotations
@@ -494,6 +496,10 @@ class DeltaReader:
         self.merged_adapter_deltas = 0
         self.merged_adapter_modules: set[str] = set()
         self.wait_seconds = 0.0
+        # Keys read (with the identity of the sidecar read) and keys consumed: each delta is scored once.
+        self._read_as: dict[str, tuple[int, int, int]] = {}
+        self._consumed: list[str] = []
+        self._rewritten: str | None = None
 
     # -- markers --------------------------------------------------------------------------------------
     def failure(self) -> str | None:
@@ -514,6 +520,19 @@ class DeltaReader:
         reason = self.failure()
         if reason is not None:
             raise DeltaError(f"the edit stage failed: {reason}")
+        self.check_written_once()
+
+    def check_written_once(self) -> None:
+        """Fail when the edit stage wrote a second delta for a key already scored: written again after the
+        score stage consumed it, or replaced while it was being scored (the first one would have been
+        scored and the second ignored)."""
+        if self._rewritten is not None:
+            raise DeltaError(_second_delta_reason(self._rewritten, "while that edit was being scored"))
+        for key in self._consumed:
+            if any(
+                os.path.lexists(self.folder / f"{key}{suffix}") for suffix in (SIDECAR_SUFFIX, TENSORS_SUFFIX)
+            ):
+                raise DeltaError(_second_delta_reason(key, "after that edit was scored"))
 
     def wait_for(self, key: str) -> None:
         """Block until ``key``'s sidecar exists; fail on a ``failed`` marker, a ``done`` without it, or time."""
@@ -544,12 +563,16 @@ class DeltaReader:
                     f"timed out after {self.timeout_seconds:g} s waiting for the edit stage to finish"
                 )
             time.sleep(self.poll_seconds)
+        self.check_written_once()  # whatever the edit stage wrote before its marker is visible now
         self.wait_seconds += time.monotonic() - start
 
     # -- reading --------------------------------------------------------------------------------------
     def read(self, key: str, mode: str, expected_ids: Sequence[str] | None) -> Delta:
         """Read and validate ``key``'s delta; ``expected_ids`` (when given) must be its edit ids, in order."""
         sidecar_path = self.folder / f"{key}{SIDECAR_SUFFIX}"
+        if key in self._read_as or key in self._consumed:
+            raise DeltaError(_second_delta_reason(key, "after that edit was read"))
+        identity = _identity(sidecar_path)
         raw = _read_regular_file(sidecar_path, MAX_SIDECAR_BYTES, "delta sidecar")
         try:
             sidecar = json.loads(raw.decode("utf-8"))
@@ -627,6 +650,8 @@ class DeltaReader:
         ]
         self.deltas_read += 1
         self.bytes_read += nbytes
+        if identity is not None:
+            self._read_as[key] = identity
         if merged_adapters:
             self.merged_adapter_deltas += 1
             self.merged_adapter_modules.update(merged_adapters)
@@ -662,9 +687,32 @@ class DeltaReader:
         return tensors
 
     def remove(self, key: str) -> None:
-        """Delete a consumed delta (tensors first, so a sidecar never points at nothing)."""
+        """Delete a consumed delta (tensors first, so a sidecar never points at nothing).
+
+        A sidecar that is no longer the one read was replaced while the edit was scored: remembered, and
+        the job fails at the next wait (restoring the model must not be interrupted)."""
+        read_as = self._read_as.pop(key, None)
+        if read_as is not None and _identity(self.folder / f"{key}{SIDECAR_SUFFIX}") != read_as:
+            self._rewritten = self._rewritten or key
         for suffix in (TENSORS_SUFFIX, SIDECAR_SUFFIX):
             (self.folder / f"{key}{suffix}").unlink(missing_ok=True)
+        self._consumed.append(key)
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """What tells two versions of a file apart: (inode, modification time, size); None when absent."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (info.st_ino, info.st_mtime_ns, info.st_size)
+
+
+def _second_delta_reason(key: str, when: str) -> str:
+    """The job's reason when the edit stage writes ``key``'s delta a second time."""
+    match = re.match(r"^edit-([0-9]+)-([0-9a-f]{12})$", key)
+    what = f"edit {int(match.group(1)) + 1} ({match.group(2)})" if match else "the sequential run"
+    return f"the edit stage wrote a second delta for {what} {when}; each edit's delta is written once"
 
 
 def _itemsize(dtype: torch.dtype) -> int:

@@ -21,6 +21,11 @@ Command line (run by the containers)::
 
     python -m runner.stages edit  --job JOB.json --submission DIR --out DELTAS_DIR [--quota 2G]
     python -m runner.stages score --job JOB.json --deltas DELTAS_DIR --out RESULTS_DIR [--timeout 3600]
+                                  [--private-dataset DIR]
+
+With ``--private-dataset`` (a private split, :mod:`knowgic.dataset.private`, mounted into the score stage
+only) the score stage also scores the split's chains of the job's edits, into ``results.json``'s
+``private`` object beside the public figures.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from knowgic.argtypes import positive_seconds
 from knowgic.editors.base import EditHandle, Editor
 from knowgic.errors import KnowgicError
 from knowgic.records import EditRequest
+from knowgic.scoring.logprob import check_prefix_fits
 from runner.deltas import (
     DONE_MARKER,
     FAILED_MARKER,
@@ -396,6 +402,10 @@ class ReplayEditor(Editor):
     values back and deletes the delta. Sequential mode: the first ``apply`` loads the cumulative delta and
     applies it (the harness scores only after the last edit, so where the tensors go in is immaterial); each
     ``apply`` checks that the delta lists its edit id at its position and returns that edit's prefix.
+
+    A prefix is bounded here by the model's context, in tokens (the sequential run's prefixes joined, as
+    the harness scores them), before anything is scored with it: the limit is the model's, never a number
+    the edit stage chose.
     """
 
     name: ClassVar[str] = "replay"
@@ -416,6 +426,12 @@ class ReplayEditor(Editor):
             key = independent_key(index, edit_id)
             self.reader.wait_for(key)
             delta = self.reader.read(key, self.mode, expected_ids=[edit_id])
+            check_prefix_fits(
+                model,
+                tokenizer,
+                delta.edits[0].prompt_prefix,
+                f"edit {index + 1} ({edit_id}): in-context prefix",
+            )
             restore = apply_tensors(model, delta.tensors)
             delta.tensors = {}  # the model holds them now; the saved values are in ``restore``
 
@@ -431,6 +447,8 @@ class ReplayEditor(Editor):
         if index == 0:
             self.reader.wait_for(SEQUENTIAL_KEY)
             self._sequential = self.reader.read(SEQUENTIAL_KEY, self.mode, expected_ids=None)
+            joined = "".join(entry.prompt_prefix for entry in self._sequential.edits)
+            check_prefix_fits(model, tokenizer, joined, "the sequential edits' in-context prefix")
         delta = self._sequential
         if delta is None or index >= len(delta.edits) or delta.edits[index].edit_id != edit_id:
             claimed = (
@@ -479,13 +497,15 @@ def run_score_stage(
     loaded: LoadedModel | None = None,
     plots: bool = True,
     overwrite: bool = False,
+    private_dataset: str | Path | None = None,
 ) -> Path:
     """Score the edit stage's deltas on the pristine model and write ``results.json`` into ``out_dir``.
 
     Returns the path of results.json. Raises :class:`DeltaError` (the job's reason) when a delta is invalid,
     the edit stage failed or wrote nothing in ``timeout_seconds``. ``loaded`` reuses an already loaded
     model (tests); it is left as it was found. A run already in ``out_dir`` is refused before any work
-    unless ``overwrite``.
+    unless ``overwrite``. ``private_dataset``: a private split folder, checked before the model loads and
+    scored beside the public chains.
     """
     from knowgic.editors.hparams import hparams_sha256
     from knowgic.evaluation.evaluate import evaluate
@@ -502,6 +522,14 @@ def run_score_stage(
     from knowgic.evaluation.evaluate import check_request
 
     check_request(request)  # bad job arguments fail before the model loads
+    private = None
+    if private_dataset is not None:
+        from knowgic.dataset.loading import dataset_ref, load_cases
+        from knowgic.dataset.private import read_private_split
+
+        private = read_private_split(private_dataset)
+        public = dataset_ref(spec.dataset_version)
+        private.check_edits(load_cases(public.version), public.version)
     if loaded is None:
         loaded = load_model(spec.model, dtype=spec.dtype, device=spec.device, progress=progress)
     reader = DeltaReader(
@@ -512,7 +540,7 @@ def run_score_stage(
         max_tensor_bytes=max_delta_bytes,
     )
     replay = ReplayEditor(reader, spec.mode)
-    run = evaluate(request, progress=progress, loaded=loaded, log=log, editor=replay)
+    run = evaluate(request, progress=progress, loaded=loaded, log=log, editor=replay, private=private)
     replay.check_complete()
     reader.wait_done()
 
@@ -529,7 +557,7 @@ def run_score_stage(
     )
     # A replayed edit's seconds would be the copy of its tensors, not the editor's work, which no trusted
     # code observes per edit: left unknown rather than reported as something else.
-    for record in document["per_edit"]:
+    for record in [*document["per_edit"], *document.get("private", {}).get("per_edit", [])]:
         record["seconds"] = None
     document["submission"] = {
         "name": spec.submission_name or spec.editor,
@@ -620,6 +648,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_TIMEOUT_SECONDS,
         help="seconds to wait for each delta of the edit stage (default 3600)",
     )
+    score.add_argument(
+        "--private-dataset",
+        default=None,
+        metavar="DIR",
+        help="a private split (dataset folder, same schemas) to score beside the public chains",
+    )
     score.add_argument("--no-plots", action="store_true", help="write results.json only")
     score.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
     return parser
@@ -671,6 +705,7 @@ def _run_stage(args: argparse.Namespace) -> int:
                 log=log,
                 plots=not args.no_plots,
                 overwrite=args.overwrite,
+                private_dataset=args.private_dataset,
             )
             print(path)
     except KnowgicError as exc:

@@ -85,15 +85,16 @@ class JobTakenAway(BaseException):
     it (cancelled, or recovered by another worker): the run is abandoned rather than finished for nothing."""
 
 
-def default_executor(gpus: str) -> JobExecutor:
-    """The container executor (the only one a real worker uses); ``gpus`` is "all" or "none"."""
+def default_executor(gpus: str, private_dataset: Path | None = None) -> JobExecutor:
+    """The container executor (the only one a real worker uses); ``gpus`` is "all" or "none";
+    ``private_dataset``: a private split folder for the score stage."""
     try:
         from runner.containers import ContainerExecutor
     except ImportError as exc:
         raise KnowgicError(
             f"the container executor is not available ({exc}); install knowgic[runner]"
         ) from None
-    return ContainerExecutor(gpus=gpus)  # type: ignore[call-arg]
+    return ContainerExecutor(gpus=gpus, private_dataset=private_dataset)  # type: ignore[call-arg]
 
 
 def detect_gpus() -> bool:

@@ -1,4 +1,4 @@
-"""Command-line sub-commands of the dataset stage: ``dataset path|summary``, ``validate``, ``publish``."""
+"""Command-line sub-commands of the dataset stage: ``dataset path|summary|holdout``, ``validate``, ``publish``."""
 
 from __future__ import annotations
 
@@ -65,6 +65,17 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_holdout(args: argparse.Namespace) -> int:
+    from knowgic.dataset.private import read_private_split, write_holdout
+
+    out = write_holdout(args.out, args.version, args.fraction, args.seed)
+    split = read_private_split(out)
+    edits = len({case.request for case in split.cases})
+    print(f"{out}: {len(split.cases)} chains of {edits} edits, sha256 {split.ref.sha256}")
+    print("mount it into the score stage only: knowgic runner worker --private-dataset " + str(out))
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from knowgic.dataset.validate import validate_path
 
@@ -106,6 +117,20 @@ def register(subparsers: Any) -> None:
     s.add_argument("--version", default=None, help="X.Y.Z (default: the latest)")
     s.add_argument("--json", action="store_true", help="print a JSON object")
     s.set_defaults(func=_cmd_summary)
+    h = ds_sub.add_parser(
+        "holdout",
+        help="write a private split: chains of a published version held out per edit (same schemas)",
+        description="Holds out a share of each edit's chains (a seeded hash picks them) into a new dataset "
+        "folder, for the runner's --private-dataset. A real private split holds chains that were never "
+        "published, in the same shape; this one exercises the machinery.",
+    )
+    h.add_argument("--out", required=True, help="the new folder (must not exist, or be empty)")
+    h.add_argument("--version", default=None, help="X.Y.Z of the published chains (default: the latest)")
+    h.add_argument(
+        "--fraction", type=float, default=0.2, help="share of each edit's chains to hold out (default 0.2)"
+    )
+    h.add_argument("--seed", type=int, default=0, help="which chains the hash picks (default 0)")
+    h.set_defaults(func=_cmd_holdout)
 
     v = subparsers.add_parser(
         "validate",

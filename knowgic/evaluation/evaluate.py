@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 import knowgic
+from knowgic.dataset.private import PrivateSplit
 from knowgic.editors.base import Editor
 from knowgic.editors.hparams import hparams_sha256, load_hparams, read_hparams_file, validate_hparams
 from knowgic.editors.layer_stats import stats_overrides
@@ -222,13 +223,15 @@ def evaluate(
     loaded: LoadedModel | None = None,
     log: Callable[[str], None] | None = None,
     editor: Editor | None = None,
+    private: PrivateSplit | None = None,
 ) -> EvaluationRun:
     """Run one evaluation and (when ``request.out_dir`` is set) write ``results.json`` and plots there.
 
     ``log`` gets one line per finished edit (applied, in sequential mode): the progress of a run whose
     stderr is not a terminal, where no bar is drawn. ``editor``: a ready editor instance to use instead of
     constructing ``request.editor`` (its ``hparams`` are recorded, with no source file); the runner's
-    score stage passes the editor that replays recorded deltas.
+    score stage passes the editor that replays recorded deltas. ``private``: a private split whose chains
+    of the run's edits are scored too (:mod:`knowgic.evaluation.private`), into ``document["private"]``.
     """
     from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
     from knowgic.models.loading import load_model
@@ -239,6 +242,11 @@ def evaluate(
     ref = dataset_ref(request.dataset_version, config="chains")
     cases = load_cases(ref.version)
     plan = build_plan(cases, load_aliases(ref.version), limit=request.limit)
+    second = None
+    if private is not None:
+        from knowgic.evaluation.private import private_plan
+
+        second = private_plan(private, cases, ref.version, plan)
 
     load_start = time.perf_counter()
     if loaded is None:
@@ -258,6 +266,11 @@ def evaluate(
 
     with cpu_threads(loaded.model, loaded.device) as threads:
         pre, pre_cached, pre_seconds = pre_edit_scores(scorer, loaded, plan, ref.sha256, request.use_cache)
+        private_pre = None
+        if private is not None and second is not None:
+            private_pre, _, _ = pre_edit_scores(
+                scorer, loaded, second[0], private.ref.sha256, request.use_cache
+            )
         torch.manual_seed(request.seed)
         on_edit = None if log is None else edit_logger(editor.name, len(plan.edits), log)
         run = run_edits(
@@ -270,6 +283,7 @@ def evaluate(
             mode=request.mode,
             progress=progress,
             on_edit=on_edit,
+            private=None if second is None or private_pre is None else (second[0], private_pre),
         )
     run.pre_from_cache, run.pre_scoring_seconds = pre_cached, pre_seconds
 
@@ -313,6 +327,12 @@ def evaluate(
         },
     }
     fill_metrics(document, outcomes, spec)
+    if private is not None and second is not None and run.private is not None:
+        from knowgic.evaluation.private import private_document
+
+        document["private"] = private_document(
+            second[0], run.private, private, second[1], document["metrics"], spec
+        )
     finalize(document)
     result = EvaluationRun(document=document, plan=plan, scores=run)
     if request.out_dir is not None:

@@ -3,6 +3,10 @@
 ``independent`` mode applies every edit to the pristine model and restores it before the next, checking
 with a parameter fingerprint that the restore was exact. ``sequential`` mode applies the edits one after
 another in dataset order and scores every edit's queries once at the end, then restores them all.
+
+A second plan (a private split, :mod:`knowgic.dataset.private`) over the same edits, or some of them, is
+scored while each edit is in place, right after the plan's own queries and in calls of its own, so the
+plan's scores are those of a run without it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from knowgic.editors.base import EditHandle, Editor
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.fingerprint import assert_restored, fingerprint
 from knowgic.evaluation.plan import EvalPlan
-from knowgic.scoring.base import Query, Scorer, Scores
+from knowgic.scoring.base import NonFiniteLogits, Query, Scorer, Scores
 
 MODES = ("independent", "sequential")
 
@@ -44,10 +48,14 @@ class RunScores:
     pre: Scores
     post: dict[str, PostScores]
     edit_info: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The in-context prefix each edit's handle returned ("" for weight edits), recorded per edit.
+    edit_prefix: dict[str, str] = field(default_factory=dict)
     edit_seconds: dict[str, float] = field(default_factory=dict)
     scoring_seconds: float = 0.0
     pre_scoring_seconds: float = 0.0
     pre_from_cache: bool = False
+    # The second plan's scores (same edits or a subset, same handles), when one was given.
+    private: RunScores | None = None
 
 
 def _score_subset(
@@ -61,6 +69,35 @@ def _score_subset(
     idx = np.asarray(indices, dtype=np.int64)
     scores = scorer.score(model, tokenizer, [queries[i] for i in idx], prefix=prefix)
     return PostScores(indices=idx, scores=scores)
+
+
+def _score_union(
+    scorer: Scorer, model: torch.nn.Module, tokenizer: Any, plan: EvalPlan, pre: Scores, prefix: str
+) -> dict[str, PostScores]:
+    """Every edit's post-edit queries scored in one call (sequential mode: all edits are in place)."""
+    post_queries = {edit.edit_id: edit.post_queries(pre.known) for edit in plan.edits}
+    needed = sorted({i for queries in post_queries.values() for i in queries})
+    union = _score_subset(scorer, model, tokenizer, plan.queries, needed, prefix)
+    position = {int(q): k for k, q in enumerate(union.indices)}
+    post = {}
+    for edit in plan.edits:
+        rows = np.asarray([position[i] for i in post_queries[edit.edit_id]], dtype=np.int64)
+        post[edit.edit_id] = PostScores(
+            indices=np.asarray(post_queries[edit.edit_id], dtype=np.int64),
+            scores=Scores(p=union.scores.p[rows], known=union.scores.known[rows]),
+        )
+    return post
+
+
+def _edited_non_finite(error: NonFiniteLogits, what: str) -> KnowgicError:
+    """Non-finite logits after an edit: the edit's weights (or prefix) did it, in the dtype the model runs."""
+    edited = NonFiniteLogits(error.where, error.dtype, model="the edited model")
+    return KnowgicError(f"{what}: {edited}")
+
+
+def _edit_label(plan_edit: Any) -> str:
+    request = plan_edit.request
+    return f"edit {plan_edit.edit_id} ({request.rewrite_text!r} -> {request.target_new!r})"
 
 
 def _apply(editor: Editor, model: torch.nn.Module, tokenizer: Any, plan_edit: Any) -> EditHandle:
@@ -91,17 +128,30 @@ def run_edits(
     mode: str = "independent",
     progress: bool = True,
     on_edit: Callable[[str, dict[str, Any]], None] | None = None,
+    private: tuple[EvalPlan, Scores] | None = None,
 ) -> RunScores:
     """Apply the plan's edits in ``mode`` and score each edit's queries after it.
 
     ``pre`` are the unedited model's scores of ``plan.queries`` (computed or cached by the caller); they
     decide each edit's neighbourhood, hence which queries it scores (:meth:`EditPlan.post_queries`).
     ``on_edit(edit_id, info)`` is called after each edit: once it is scored and restored (independent), or
-    once it is applied (sequential, where all edits are scored together at the end).
+    once it is applied (sequential, where all edits are scored together at the end). ``private``: a second
+    plan whose edits are among ``plan``'s, with its pre-edit scores; scored with the same edits in place,
+    into ``RunScores.private``.
     """
     if mode not in MODES:
         raise KnowgicError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     run = RunScores(pre=pre, post={})
+    second = None
+    if private is not None:
+        private_plan, private_pre = private
+        public_ids = {edit.edit_id for edit in plan.edits}
+        foreign = [edit.edit_id for edit in private_plan.edits if edit.edit_id not in public_ids]
+        if foreign:
+            raise KnowgicError(f"the private plan's edit {foreign[0]} is not an edit of the run's plan")
+        second = RunScores(pre=private_pre, post={})
+        run.private = second
+        private_edits = {edit.edit_id: edit for edit in private_plan.edits}
     stamps = fingerprint(model)
     bar = tqdm(plan.edits, desc=f"{editor.name} ({mode})", unit="edit", disable=not progress)
 
@@ -111,20 +161,37 @@ def run_edits(
             start = time.perf_counter()
             handle = _apply(editor, model, tokenizer, edit)
             applied = time.perf_counter()
+            scored_public = applied
             try:
                 run.post[edit.edit_id] = _score_subset(
                     scorer, model, tokenizer, plan.queries, edit.post_queries(pre.known), handle.prompt_prefix
                 )
+                scored_public = time.perf_counter()
+                if second is not None and edit.edit_id in private_edits:
+                    second.post[edit.edit_id] = _score_subset(
+                        scorer,
+                        model,
+                        tokenizer,
+                        private_plan.queries,
+                        private_edits[edit.edit_id].post_queries(private_pre.known),
+                        handle.prompt_prefix,
+                    )
+            except NonFiniteLogits as error:
+                raise _edited_non_finite(error, _edit_label(edit)) from None
             finally:
                 scored = time.perf_counter()
                 handle.restore()
             run.edit_seconds[edit.edit_id] = (applied - start) + (time.perf_counter() - scored)
-            run.scoring_seconds += scored - applied
+            run.scoring_seconds += scored_public - applied
+            if second is not None:
+                second.scoring_seconds += scored - scored_public
             run.edit_info[edit.edit_id] = dict(handle.info)
+            run.edit_prefix[edit.edit_id] = handle.prompt_prefix
             stamps = assert_restored(model, stamps, editor.name)
             if on_edit is not None:
                 on_edit(edit.edit_id, run.edit_info[edit.edit_id])
         editor.reset()
+        _share_edits(run)
         return run
 
     # sequential: every edit on top of the previous ones, scored once at the end.
@@ -136,21 +203,20 @@ def run_edits(
             handles.append(_apply(editor, model, tokenizer, edit))
             run.edit_seconds[edit.edit_id] = time.perf_counter() - start
             run.edit_info[edit.edit_id] = dict(handles[-1].info)
+            run.edit_prefix[edit.edit_id] = handles[-1].prompt_prefix
             if on_edit is not None:
                 on_edit(edit.edit_id, run.edit_info[edit.edit_id])
         prefix = "".join(h.prompt_prefix for h in handles)
-        post_queries = {edit.edit_id: edit.post_queries(pre.known) for edit in plan.edits}
-        needed = sorted({i for queries in post_queries.values() for i in queries})
         start = time.perf_counter()
-        union = _score_subset(scorer, model, tokenizer, plan.queries, needed, prefix)
-        run.scoring_seconds = time.perf_counter() - start
-        position = {int(q): k for k, q in enumerate(union.indices)}
-        for edit in plan.edits:
-            rows = np.asarray([position[i] for i in post_queries[edit.edit_id]], dtype=np.int64)
-            run.post[edit.edit_id] = PostScores(
-                indices=np.asarray(post_queries[edit.edit_id], dtype=np.int64),
-                scores=Scores(p=union.scores.p[rows], known=union.scores.known[rows]),
-            )
+        try:
+            run.post = _score_union(scorer, model, tokenizer, plan, pre, prefix)
+            run.scoring_seconds = time.perf_counter() - start
+            if second is not None:
+                start = time.perf_counter()
+                second.post = _score_union(scorer, model, tokenizer, private_plan, private_pre, prefix)
+                second.scoring_seconds = time.perf_counter() - start
+        except NonFiniteLogits as error:
+            raise _edited_non_finite(error, f"the {len(handles)} sequential edits") from None
     finally:
         start = time.perf_counter()
         for handle in reversed(handles):
@@ -161,4 +227,16 @@ def run_edits(
                 run.edit_seconds[edit_id] += share
     assert_restored(model, stamps, editor.name)
     editor.reset()
+    _share_edits(run)
     return run
+
+
+def _share_edits(run: RunScores) -> None:
+    """The second plan's edits are the run's: the same info, prefix and seconds."""
+    second = run.private
+    if second is None:
+        return
+    for edit_id in second.post:
+        second.edit_info[edit_id] = run.edit_info[edit_id]
+        second.edit_prefix[edit_id] = run.edit_prefix[edit_id]
+        second.edit_seconds[edit_id] = run.edit_seconds[edit_id]

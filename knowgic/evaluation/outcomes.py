@@ -239,6 +239,9 @@ def _edit_record(
         "specificity_kept": sum(n.known_pre and n.p_true_post > n.p_new_post for n in neighbours),
         "seconds": run.edit_seconds.get(edit.edit_id),
         "info": _jsonable(run.edit_info.get(edit.edit_id, {})),
+        # What an in-context editor put before every query of this edit (sequential: the edits' prefixes
+        # joined in order are what was scored), so a reader can see whether it carries answers.
+        "prompt_prefix": run.edit_prefix.get(edit.edit_id, ""),
     }
 
 

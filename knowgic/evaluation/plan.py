@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -226,11 +226,12 @@ def build_plan(
     aliases: Mapping[str, Sequence[str]],
     limit: int | None = None,
     fallback_neighbours: int = 10,
+    edit_ids: Collection[str] | None = None,
 ) -> EvalPlan:
     """Group ``cases`` by edit request (dataset order) and intern every query the metrics need.
 
-    ``limit`` keeps the first ``limit`` distinct edits; ``n_gold`` and neighbourhoods still come from
-    the whole version.
+    ``limit`` keeps the first ``limit`` distinct edits, ``edit_ids`` (a private split's plan: the edits of
+    the public plan) those with these ids; ``n_gold`` and neighbourhoods still come from the whole version.
     """
     make_query = QueryMaker(cases, aliases)
     index = _QueryIndex()
@@ -239,6 +240,8 @@ def build_plan(
     for case in cases:
         rows_by_edit.setdefault(case.request, []).append(case)
     requests = list(rows_by_edit)
+    if edit_ids is not None:
+        requests = [r for r in requests if r.edit_id in edit_ids]
     if limit is not None:
         requests = requests[:limit]
     edited_pairs = {(r.subject, r.prompt) for r in requests}

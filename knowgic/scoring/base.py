@@ -13,6 +13,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from knowgic.errors import KnowgicError
+
 
 @dataclass(frozen=True)
 class Query:
@@ -33,6 +35,17 @@ class Query:
     @property
     def text(self) -> str:
         return self.prompt.format(self.subject)
+
+
+class NonFiniteLogits(KnowgicError):
+    """The model's logits were NaN or infinite while scoring ``where`` (a query, a decoding step), in the
+    ``dtype`` the model ran in; ``model`` says which model ("the model", "the edited model")."""
+
+    def __init__(self, where: str, dtype: str, model: str = "the model") -> None:
+        # The float16 hint only for float16, the one dtype whose range a pristine model's activations overflow.
+        hint = "; float16 can overflow, try --dtype float32 or bfloat16" if dtype == "float16" else ""
+        super().__init__(f"{where}: {model} returned non-finite logits (NaN/inf) in {dtype}{hint}")
+        self.where, self.dtype = where, dtype
 
 
 @dataclass(frozen=True)

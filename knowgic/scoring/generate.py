@@ -37,7 +37,7 @@ from knowgic.scoring.batching import (
     length_sorted_batches,
     pad_token_id,
 )
-from knowgic.scoring.logprob import max_positions, query_text
+from knowgic.scoring.logprob import check_prefix_fits, max_positions, non_finite_logits, query_text
 from knowgic.scoring.matching import contains_answer
 from knowgic.scoring.sampling import inverse_cdf_sample, sample_seed, step_uniforms
 from knowgic.scoring.spec import protocol_spec
@@ -168,6 +168,7 @@ class _DecodingScorer:
         for qi, query in enumerate(queries):
             if not any(a.strip() for a in query.answers):
                 raise KnowgicError(f"query {qi} ({query.prompt!r}, subject {query.subject!r}) has no answer")
+        check_prefix_fits(model, tokenizer, prefix)  # before every question repeats it
         chat = self.is_chat(tokenizer)
         # Queries that share a question share its samples (same seeds): decode each question once.
         questions = [self.question(q, i) for i, q in enumerate(queries)]
@@ -269,6 +270,8 @@ class _DecodingScorer:
                     kwargs["past_key_values"] = past
             out = model(**kwargs)
             logits = out.logits[:, -1, :].float()
+            if not bool(torch.isfinite(logits[~done]).all()):  # argmax/sampling would decode garbage
+                raise non_finite_logits(model, f"{self.protocol}: decoding step {t + 1}")
             if uniforms is None:
                 token = logits.argmax(dim=-1)
             else:

@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from knowgic.errors import KnowgicError
-from knowgic.scoring.base import Query, Scores
+from knowgic.scoring.base import NonFiniteLogits, Query, Scores
 from knowgic.scoring.batching import (
     eval_mode,
     forward_support,
@@ -80,6 +80,38 @@ def max_positions(model: torch.nn.Module) -> int | None:
     return None
 
 
+def check_prefix_fits(
+    model: torch.nn.Module, tokenizer: Any, prefix: str, what: str = "in-context prefix"
+) -> None:
+    """Refuse a prefix longer, in tokens, than the model's context, before any query is tokenized with it.
+
+    Every (query, answer) row repeats the prefix, so a prefix of 100,000 characters over a thousand rows
+    would take gigabytes to tokenize before the rows' own length check could refuse it; the prefix alone is
+    tokenized once here. A prefix that fits leaves the exact check to the rows.
+    """
+    limit = max_positions(model)
+    if not prefix or limit is None:
+        return
+    tokens = len(tokenizer(prefix, add_special_tokens=True, verbose=False)["input_ids"])
+    if tokens > limit:
+        raise KnowgicError(
+            f"{what} ({len(prefix)} characters): {tokens} tokens exceed the model's {limit} positions"
+        )
+
+
+def model_dtype(model: torch.nn.Module) -> str:
+    """The floating-point dtype the model computes in ("float32", "bfloat16", ...)."""
+    for parameter in model.parameters():
+        if parameter.is_floating_point():
+            return str(parameter.dtype).removeprefix("torch.")
+    return "unknown"
+
+
+def non_finite_logits(model: torch.nn.Module, where: str) -> NonFiniteLogits:
+    """The error for NaN/inf logits at ``where``, naming the dtype the model actually ran in."""
+    return NonFiniteLogits(where, model_dtype(model))
+
+
 class LogprobScorer:
     """Batched teacher-forced scoring of (prompt, answer) pairs; see the module docstring.
 
@@ -118,6 +150,7 @@ class LogprobScorer:
         queries = list(queries)
         if not queries:
             return Scores(np.zeros(0, dtype=np.float64), np.zeros(0, dtype=bool))
+        check_prefix_fits(model, tokenizer, prefix)  # before the rows repeat it
         rows = answer_rows(queries, prefix)
         splits = self._splits.get(tokenizer, rows.pairs)
         seqs = [s.context + s.answer for s in splits]
@@ -135,9 +168,8 @@ class LogprobScorer:
         bad = np.flatnonzero(np.isnan(logp) | (logp > 0))
         if len(bad):
             qi = int(rows.query_index[bad[0]])
-            raise KnowgicError(
-                f"query {qi} ({queries[qi].prompt!r}, subject {queries[qi].subject!r}): the model returned "
-                "non-finite logits (NaN/inf); float16 can overflow, try --dtype float32 or bfloat16"
+            raise non_finite_logits(
+                model, f"query {qi} ({queries[qi].prompt!r}, subject {queries[qi].subject!r})"
             )
         p = np.zeros(len(queries), dtype=np.float64)
         np.maximum.at(p, rows.query_index, np.exp(logp))
