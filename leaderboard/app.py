@@ -72,15 +72,14 @@ CSS = """
 #kg-status { align-self: end; }
 .kg-hint p { font-size: 0.9em; margin: 0; }
 .kg-links { white-space: nowrap; }
-/* A phone: the title, then the ranking; the interval under its value keeps metric columns narrow. */
+#kg-about td:nth-child(-n+2), #kg-about th:nth-child(-n+2) { white-space: nowrap; }
+/* A phone: the title, then the model and the ranking (rank and editor pinned, IFR beside them). */
+#kg-board-head { flex-wrap: wrap; }
+#kg-status { flex: 1 1 320px; }
 @media (max-width: 640px) {
   #kg-header p { display: none; }
-  .kg-interval { display: block; margin-left: 0; }
-  #kg-table [role=gridcell], #kg-table th { width: 96px !important; flex: 0 0 96px !important; }
-  #kg-table [role=gridcell]:first-child, #kg-table th:first-child {
-    width: 48px !important; flex: 0 0 48px !important;
-  }
 }
+
 """
 HEADER = (
     "# KnowGIC leaderboard\n"
@@ -386,7 +385,9 @@ class BoardTab:
                     "runs above: IFR and Preservation only, protocol and mode not stated."
                 )
                 self.reported = gr.Dataframe(interactive=False, wrap=True, elem_id="kg-reported")
-            with gr.Accordion("Advanced: search, filters, columns, sort", open=False, elem_id="kg-advanced"):
+            with gr.Accordion(
+                "Advanced: search, filters, columns, sort", open=False, elem_id="kg-advanced"
+            ) as self.advanced:
                 with gr.Row():
                     self.search = gr.Textbox(
                         label="Search",
@@ -497,6 +498,14 @@ class BoardTab:
         self.prev_page.click(step(-1), self.inputs, self.outputs, **quiet)
         self.next_page.click(step(+1), self.inputs, self.outputs, **quiet)
         self.csv_button.click(self.csv, self.controls, self.csv_file, api_name="csv")
+        # The filters' choices follow the store; a folded section may not have taken the last update.
+        filters = list(self.filters.values())
+        self.advanced.expand(
+            lambda: [gr.Dropdown(choices=self.state.board.choices(key)) for key, _ in FILTERS],
+            None,
+            filters,
+            **quiet,
+        )
 
 
 class PlotsTab:
@@ -696,7 +705,11 @@ class CompareTab:
             self.button = gr.Button("Compare", elem_id="kg-compare-button")
             self.message = gr.HTML(elem_id="kg-compare-message")
             self.metrics = gr.Dataframe(
-                label="Metric by metric", interactive=False, wrap=True, elem_id="kg-compare-metrics"
+                label="Metric by metric",
+                interactive=False,
+                wrap=True,
+                max_height=1200,  # every metric at once
+                elem_id="kg-compare-metrics",
             )
             self.edits = gr.Dataframe(
                 label="Edit by edit", interactive=False, wrap=True, elem_id="kg-compare-edits"
@@ -755,7 +768,7 @@ class QueueTab:
             self.table = gr.Dataframe(
                 interactive=False,
                 wrap=True,
-                column_widths=["13%", "10%", "9%", "6%", "8%", "6%", "5%", "12%", "17%", "7%", "7%"],
+                column_widths=["13%", "10%", "9%", "7%", "9%", "6%", "5%", "11%", "16%", "7%", "7%"],
                 elem_id="kg-queue",
             )
         self.outputs = [self.note, self.table]

@@ -571,7 +571,7 @@ class Board:
         widths = [column_width(c) for c in columns]
         if ranked:
             cells = [[rank_html(ranks.get(row.row_id)), *line] for row, line in zip(rows, cells, strict=True)]
-            headers, datatypes, widths = [RANK_HEADER, *headers], ["html", *datatypes], ["64px", *widths]
+            headers, datatypes, widths = [RANK_HEADER, *headers], ["html", *datatypes], ["56px", *widths]
         return TablePage(
             headers=headers,
             datatypes=datatypes,
@@ -640,7 +640,7 @@ def rank_html(rank: int | None) -> str:
 _METRIC_KEYS = frozenset(key for key, _ in ALL_METRICS)
 _WIDTHS = {
     "model": "150px",
-    "editor": "150px",
+    "editor": "120px",
     "links": "110px",
     "row_id": "200px",
     "submitter": "220px",

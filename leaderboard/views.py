@@ -49,7 +49,7 @@ PER_EDIT_COLUMNS = (
 # The per-edit table shows the start of an in-context prefix; the whole prefix is in the results.json download.
 PREFIX_SHOWN_CHARS = 500
 CHAIN_COLUMNS = ("case_id", "length", "active", "r_pre", "r_post", "known_post", "chain")
-CHAIN_WIDTHS = ["70px", "64px", "64px", "70px", "70px", "90px", "auto"]
+CHAIN_WIDTHS = ["8%", "8%", "7%", "8%", "8%", "10%", "51%"]  # the chain text takes the rest
 METRICS_COLUMNS = ["Metric", "Value", "n", "Interval", "Better", "Note"]
 __all__ = ["metric_label"]  # re-exported: the views name metrics as the table does
 DETAIL_ROWS = 500  # rows of one per-edit, per-chain or edit-by-edit table sent to a browser
