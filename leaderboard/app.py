@@ -498,14 +498,6 @@ class BoardTab:
         self.prev_page.click(step(-1), self.inputs, self.outputs, **quiet)
         self.next_page.click(step(+1), self.inputs, self.outputs, **quiet)
         self.csv_button.click(self.csv, self.controls, self.csv_file, api_name="csv")
-        # The filters' choices follow the store; a folded section may not have taken the last update.
-        filters = list(self.filters.values())
-        self.advanced.expand(
-            lambda: [gr.Dropdown(choices=self.state.board.choices(key)) for key, _ in FILTERS],
-            None,
-            filters,
-            **quiet,
-        )
 
 
 class PlotsTab:

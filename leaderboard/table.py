@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import html
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,6 +22,7 @@ from urllib.parse import quote
 
 import pandas as pd
 
+from knowgic.evaluation.results import content_sha256
 from knowgic.evaluation.spec import load_evaluation_spec
 from knowgic.yamlfile import read_yaml
 from runner.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
@@ -448,6 +450,15 @@ class TablePage:
 RankCache = dict[tuple[str, ...], dict[str, int | None]]
 
 
+def verified_document(entry: StoreEntry) -> dict[str, Any]:
+    """The full results document of an entry the store verified, read again for the ranking: checked by
+    its content hash (the store's full checks ran when it accepted the entry, and take a second a file)."""
+    document = json.loads(entry.results_file.read_text(encoding="utf-8"))
+    if not isinstance(document, dict) or content_sha256(document) != entry.results_sha256:
+        raise ValueError(f"{entry.results_file}: its content changed since the store verified it")
+    return document
+
+
 class Board:
     """Every row of a store scan plus the reported rows, ready to search, filter, sort and page.
 
@@ -523,9 +534,9 @@ class Board:
                 readable, documents = [], []
                 for row in rows:
                     try:
-                        documents.append(row.entry.document)  # type: ignore[union-attr]
+                        documents.append(verified_document(row.entry))  # type: ignore[arg-type]
                         readable.append(row)
-                    except StoreFileError:  # gone or changed since the scan: the next scan says why
+                    except (OSError, ValueError, StoreFileError):  # changed since the scan: the next says why
                         continue
                 by_sha = {
                     row.entry.results_sha256: rank  # type: ignore[union-attr]
