@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from knowgic import __version__
 from knowgic.dataset.versions import latest_version, version_dir
-from knowgic.uncertainty import DEFAULT_LEVEL, DEFAULT_RESAMPLES, METHOD
-from leaderboard.table import HEADLINE, METRIC_COLUMNS, PER_EDIT_METRICS
+from knowgic.uncertainty import DEFAULT_LEVEL, FEW_EDITS, METHOD_BY_KIND, METHODS, PAIRED_TEST_BY_KIND
+from leaderboard.table import HEADLINE, METRIC_COLUMNS, PER_EDIT_METRICS, RANK_METRIC, metric_spec
 
 BENCHMARK_BIBTEX = """@software{{knowgic_benchmark,
   title   = {{{{KnowGIC}}: a benchmark of deep knowledge editing in language models}},
@@ -34,6 +34,17 @@ def _metric_lines() -> list[str]:
     return lines
 
 
+def _interval_lines() -> list[str]:
+    lines = []
+    for kind, method in METHOD_BY_KIND.items():
+        metrics = [
+            METRIC_COLUMNS[k].label for k in (*HEADLINE, *PER_EDIT_METRICS) if metric_spec(k).kind == kind
+        ]
+        if metrics:
+            lines.append(f"- {', '.join(dict.fromkeys(metrics))}: {METHODS[method]}.")
+    return lines
+
+
 def about_markdown() -> str:
     level = f"{DEFAULT_LEVEL * 100:g}%"
     parts = [
@@ -48,17 +59,20 @@ def about_markdown() -> str:
         "Every value is shown with its n (on hover) and its interval; “–” means undefined, with the reason "
         "on hover (for example, no chain of that length is active), never 0.",
         "## Intervals",
-        f"Each interval is a {level} {METHOD}: the run's edits are drawn with replacement "
-        f"{DEFAULT_RESAMPLES:,} times (a fixed seed), every metric is recomputed on each draw from the "
-        "per-edit and per-chain records, and the interval is the percentile interval of the draws. The edit "
-        "is the unit because an edit's chains share its fate. The settings are recorded in each results "
-        "file (`uncertainty`).",
+        f"Each value carries a {level} interval over edits (the edit is the unit, because an edit's chains "
+        "share its fate), by a method chosen for the metric's kind in `spec/benchmark.yaml`:",
+        "",
+        *_interval_lines(),
+        "",
+        f"A value resting on fewer than {FEW_EDITS:g} effective edits is marked *few edits*: its interval "
+        "covers less than it says. Each results file records every metric's method and edits.",
         "## Ranks",
         "Rank = 1 + the number of runs that are *significantly* better on the deep-editing score, among "
         "the runs of the same model, protocol, mode and dataset version (as Chatbot Arena ranks models). "
-        "Two runs over the same edits are compared by a paired bootstrap: both are recomputed on the same "
-        f"resampled edits, and one is better when the {level} interval of the difference lies above 0 "
-        "(`knowgic compare` shows the same test). Runs over different edits are compared by their own "
+        "Runs over the same edits are compared pair by pair with the paired test of the score's kind "
+        f"({PAIRED_TEST_BY_KIND[metric_spec(RANK_METRIC).kind]}, as `knowgic compare` does), the family "
+        f"of all those tests controlled by Holm's method at {100 - DEFAULT_LEVEL * 100:g}%. Runs over "
+        "different edits are compared by their own "
         "intervals: one is better when its interval lies wholly above the other's. Runs that cannot be told "
         "apart share a rank, so several runs can be first. The deep-editing score (harmonic mean of 1 − IFR, "
         "Preservation, Efficacy and Specificity) is a summary for sorting, never a replacement for the four.",

@@ -5,11 +5,11 @@
     runs of one track (model, protocol, mode, dataset version)
         │  group by what makes two runs comparable edit by edit (knowgic.uncertainty.comparability_problem)
         ▼
-    per group: paired_resamples (every run recomputed on the same resampled edits)
-        │  j beats i when the paired interval of score_j − score_i lies above 0
-        │  (across groups, which share no edits: when j's interval lies wholly above i's)
+    per group: paired_resamples, then knowgic.uncertainty.ranks_by_significance
+        │  every pair compared by the paired test of the score's kind, the family controlled by Holm
+        │  (across groups, which share no edits: j beats i when j's interval lies wholly above i's)
         ▼
-    rank_i = 1 + #{j : j beats i}           (runs without a deep-editing score: no rank)
+    rank_i = 1 + #{j : j significantly better than i}     (runs without a deep-editing score: no rank)
 
 The score is the deep-editing score (higher is better). Two runs tie unless one is significantly better,
 so several runs can share rank 1, and a run's rank never depends on how many worse runs there are.
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from knowgic.errors import KnowgicError
-from knowgic.uncertainty import comparability_problem, paired_resamples
+from knowgic.uncertainty import comparability_problem, paired_resamples, ranks_by_significance
 from leaderboard.table import RANK_METRIC
 
 
@@ -44,45 +44,27 @@ def _comparable_groups(documents: Sequence[Mapping[str, Any]]) -> list[list[int]
     return groups
 
 
-def better_pairs(documents: Sequence[Mapping[str, Any]]) -> set[tuple[int, int]]:
-    """Every (j, i) where run j is significantly better than run i on the deep-editing score."""
+def uncertainty_ranks(documents: Sequence[Mapping[str, Any]]) -> list[int | None]:
+    r"""Rank of each run of one track: :math:`1 + |\{j : j \text{ significantly better than } i\}|`;
+    ``None`` where the run has no deep-editing score."""
     scores = [_score(d) for d in documents]
+    better = [0] * len(documents)
     group_of: dict[int, int] = {}
-    better: set[tuple[int, int]] = set()
     for g, group in enumerate(_comparable_groups(documents)):
         for i in group:
             group_of[i] = g
-        defined = [i for i in group if scores[i][0] is not None]
-        if len(defined) < 2:
+        if len(group) < 2:
             continue
         try:
-            paired = paired_resamples([documents[i] for i in defined])
+            ranks = ranks_by_significance(paired_resamples([documents[i] for i in group]), RANK_METRIC)
         except KnowgicError:  # comparable by construction; an old file without statistics says so here
             continue
-        for a, i in enumerate(defined):
-            for b, j in enumerate(defined):
-                if scores[j][0] <= scores[i][0]:  # type: ignore[operator]
-                    continue
-                difference = paired.difference(RANK_METRIC, a, b)  # j − i
-                if difference.low is not None and difference.low > 0.0:
-                    better.add((j, i))
+        for i, rank in zip(group, ranks, strict=True):
+            better[i] += 0 if rank is None else rank - 1
     for i, (value_i, _low_i, high_i) in enumerate(scores):
         for j, (value_j, low_j, _high_j) in enumerate(scores):
             if value_i is None or value_j is None or group_of[i] == group_of[j]:
                 continue
             if low_j is not None and high_i is not None and low_j > high_i:
-                better.add((j, i))
-    return better
-
-
-def uncertainty_ranks(documents: Sequence[Mapping[str, Any]]) -> list[int | None]:
-    r"""Rank of each run of one track: :math:`1 + |\{j : j \text{ significantly better than } i\}|`;
-    ``None`` where the run has no deep-editing score."""
-    better = better_pairs(documents)
-    ranks: list[int | None] = []
-    for i, document in enumerate(documents):
-        if _score(document)[0] is None:
-            ranks.append(None)
-        else:
-            ranks.append(1 + sum(1 for j, k in better if k == i))
-    return ranks
+                better[i] += 1
+    return [None if score[0] is None else 1 + better[i] for i, score in enumerate(scores)]

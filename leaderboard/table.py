@@ -23,7 +23,7 @@ from urllib.parse import quote
 import pandas as pd
 
 from knowgic.evaluation.results import content_sha256
-from knowgic.evaluation.spec import load_evaluation_spec
+from knowgic.evaluation.spec import MetricSpec, load_evaluation_spec
 from knowgic.yamlfile import read_yaml
 from runner.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
 
@@ -86,6 +86,11 @@ def metric_label(path: str) -> str:
     if part and head == "ifr_by_length" and f"ifr_len_{part}" in METRIC_COLUMNS:
         return METRIC_COLUMNS[f"ifr_len_{part}"].label
     return _SPEC.path_label(path)
+
+
+def metric_spec(name: str) -> MetricSpec:
+    """A metric's declaration in spec/benchmark.yaml."""
+    return _SPEC_METRICS[name]
 
 
 def metric_direction(path: str) -> str | None:
@@ -173,6 +178,9 @@ class MetricCell:
     high: float | None = None
     reason: str | None = None
     interval_reason: str | None = None
+    # Below 10 effective edits (results schema 1.3): the interval's measured coverage is below its level.
+    few_edits: bool = False
+    effective_edits: float | None = None
 
     @classmethod
     def from_results(cls, entry: Mapping[str, Any] | None, missing: str) -> MetricCell:
@@ -190,6 +198,8 @@ class MetricCell:
             high=high,
             reason=entry.get("reason") if value is None else None,
             interval_reason=entry.get("interval_reason"),
+            few_edits=bool(entry.get("few_edits", False)),
+            effective_edits=entry.get("effective_edits"),
         )
 
     def html(self, level: float | None) -> str:
@@ -207,6 +217,11 @@ class MetricCell:
             parts.append(f'<span class="kg-interval">[{self.low:.2f}, {self.high:.2f}]</span>')
         elif self.interval_reason:
             hover.append(f"no interval: {self.interval_reason}")
+        if self.few_edits:
+            hover.append(
+                f"few edits: {self.effective_edits or 0:.1f} effective (below 10), the interval covers less"
+            )
+            parts.append('<span class="kg-few-edits">few edits</span>')
         return f'<span class="kg-metric" title="{text("; ".join(hover))}">{" ".join(parts)}</span>'
 
 
@@ -638,7 +653,7 @@ class Board:
 
 RANK_TITLE = (
     "1 + the number of runs of this model, protocol, mode and dataset that are significantly better on the "
-    "deep-editing score (paired bootstrap, 95%); runs that cannot be told apart share a rank"
+    "deep-editing score (paired tests, Holm at 5%); runs that cannot be told apart share a rank"
 )
 
 

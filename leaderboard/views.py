@@ -367,15 +367,14 @@ _COMPARE_COLUMNS = [
 ]
 
 
-def verdict(path: str, low: float | None, high: float | None) -> str | None:
-    """Which run the paired interval of B − A says is better on ``path`` (by its declared direction):
-    "B better", "A better", "no significant difference"; None without an interval."""
-    if low is None or high is None:
+def verdict(difference: Any) -> str | None:
+    """What the paired test of B − A says, in words: "B better", "A better" (by the metric's declared
+    direction) or "no significant difference"; None where there is no test."""
+    if difference is None or difference.told_apart is None:
         return None
-    if low <= 0.0 <= high:
+    if not difference.told_apart:
         return "no significant difference"
-    b_higher = low > 0.0
-    return "B better" if b_higher == (metric_direction(path) != "lower") else "A better"
+    return f"{difference.better} better" if difference.better in ("A", "B") else None
 
 
 def _side_by_side(a: Mapping[str, Any], b: Mapping[str, Any], differences: Mapping[str, Any]) -> pd.DataFrame:
@@ -392,7 +391,7 @@ def _side_by_side(a: Mapping[str, Any], b: Mapping[str, Any], differences: Mappi
         if diff is not None:
             delta = "–" if diff.difference is None else f"{diff.difference:+.4f}"
             paired = "–" if diff.low is None else f"[{diff.low:+.4f}, {diff.high:+.4f}]"
-            said = verdict(path, diff.low, diff.high) or "–"
+            said = verdict(diff) or "–"
             note = diff.reason or ""
         else:
             delta = "–" if va is None or vb is None else f"{vb - va:+.4f}"
@@ -425,19 +424,18 @@ def summary_sentences(differences: Mapping[str, Any]) -> tuple[str, ...]:
         diff = differences.get(path)
         if diff is None:
             continue
-        said = verdict(path, diff.low, diff.high)
+        said = verdict(diff)
         if path == "deep_editing_score":
             if said is None:
                 sentences.append(f"Deep-editing score: no paired interval ({diff.reason or 'undefined'}).")
             elif said == "no significant difference":
                 sentences.append(
                     f"Deep-editing score: no significant difference (B − A = {diff.difference:+.3f}, "
-                    f"paired interval [{diff.low:+.3f}, {diff.high:+.3f}] includes 0)."
+                    f"p = {diff.p_value:.3g})."
                 )
             else:
                 sentences.append(
-                    f"Deep-editing score: {said[0]} is better (B − A = {diff.difference:+.3f}, paired interval "
-                    f"[{diff.low:+.3f}, {diff.high:+.3f}])."
+                    f"Deep-editing score: {said[0]} is better (B − A = {diff.difference:+.3f}, p = {diff.p_value:.3g})."
                 )
             continue
         if said is not None and "." not in path and path in METRIC_COLUMNS:

@@ -47,12 +47,13 @@ def test_compare_prints_each_metrics_paired_difference(runs, capsys) -> None:
     capsys.readouterr()
     assert _run_main(["compare", str(runs["none"]), str(runs["rome"] / "results.json")]) == 0
     out = capsys.readouterr().out
-    # ROME makes the edits the unedited model does not: B - A = +1 on every resample of the edits.
+    # ROME makes the 3 edits the unedited model does not: B - A = +1, but three one-way discordant edits
+    # are not evidence at 5% (McNemar's exact p = 2 / 2^3 = 0.25), and the table says so.
     efficacy = next(line for line in out.splitlines() if "│ Efficacy " in line)
-    assert "+1.0000" in efficacy and "[+1.0000, +1.0000]" in efficacy and "yes, B better" in efficacy
+    assert "+1.0000" in efficacy and "│ 0.25 " in efficacy and "not told apart † few edits" in efficacy
     ifr = next(line for line in out.splitlines() if "│ IFR " in line)
-    assert "yes, B better" in ifr  # lower IFR is better
-    assert "Paired cluster bootstrap over the 3 edits" in out
+    assert "not told apart" in ifr  # the sign-flip test's smallest p over 3 edits is 2/8
+    assert "Paired over the 3 edits: McNemar's exact test" in out
 
 
 def test_compare_json_matches_the_library(runs, capsys) -> None:
@@ -62,31 +63,42 @@ def test_compare_json_matches_the_library(runs, capsys) -> None:
     assert report["a"]["editor"] == "none" and report["b"]["editor"] == "rome"
     assert report["bootstrap"]["resamples"] == 500 and report["bootstrap"]["edits"] == 3
     library = compare_results(_document(runs["none"]), _document(runs["rome"]), resamples=500)
-    assert report["differences"] == [
-        {
-            "metric": d.metric,
-            "a": d.a,
-            "b": d.b,
-            "difference": d.difference,
-            "low": d.low,
-            "high": d.high,
-            "excludes_zero": d.excludes_zero,
-            "reason": d.reason,
-        }
-        for d in library
+    keys = (
+        "metric",
+        "a",
+        "b",
+        "difference",
+        "low",
+        "high",
+        "excludes_zero",
+        "reason",
+        "p_value",
+        "few_edits",
+    )
+    assert [{k: d[k] for k in keys} for d in report["differences"]] == [
+        {k: getattr(d, k) for k in keys} for d in library
     ]
     by_metric = {d["metric"]: d for d in report["differences"]}
     ifr = by_metric["ifr"]
     assert ifr["difference"] == pytest.approx(ifr["b"] - ifr["a"])
-    assert ifr["low"] <= ifr["difference"] <= ifr["high"] < 0 and ifr["excludes_zero"] is True
+    assert ifr["low"] <= ifr["difference"] <= ifr["high"] and ifr["difference"] < 0
+    assert (
+        ifr["p_value"] == pytest.approx(0.25) and ifr["excludes_zero"] is False and ifr["few_edits"] is True
+    )
+    assert by_metric["efficacy"]["discordant"] == [0, 3] and by_metric["efficacy"]["verdict"].startswith(
+        "not told"
+    )
 
 
 def test_a_run_compared_with_itself_differs_by_nothing(runs, capsys) -> None:
     capsys.readouterr()
     assert _run_main(["compare", str(runs["rome"]), str(runs["rome"]), "--json"]) == 0
     for d in json.loads(capsys.readouterr().out)["differences"]:
-        if d["low"] is not None:
-            assert (d["difference"], d["low"], d["high"], d["excludes_zero"]) == (0.0, 0.0, 0.0, False)
+        if d["low"] is None:
+            continue
+        assert (d["difference"], d["p_value"], d["excludes_zero"]) == (0.0, 1.0, False)
+        if d["metric"] not in ("efficacy", "generalization"):
+            assert (d["low"], d["high"]) == (0.0, 0.0)
 
 
 @pytest.mark.parametrize(

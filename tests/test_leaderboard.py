@@ -263,7 +263,7 @@ def test_cli_refuses_a_missing_store(tmp_path, capsys) -> None:
 
 # -- the launched app ----------------------------------------------------------------------------------
 def test_the_ranking_is_one_models_runs_ranked_by_the_paired_comparison(served, board_store) -> None:
-    from knowgic.uncertainty import paired_resamples
+    from knowgic.uncertainty import paired_resamples, ranks_by_significance
 
     _, client = served
     headers, rows, status = table(client)
@@ -274,17 +274,12 @@ def test_the_ranking_is_one_models_runs_ranked_by_the_paired_comparison(served, 
     # One model, protocol, mode and dataset: those columns are hidden and said once in the status.
     assert headers[:2] == ["Rank", "Editor"] and not {"Model", "Protocol", "Mode", "Dataset"} & set(headers)
     assert "logprob" in status and "independent" in status and "dataset 1.1.0" in status
-    # Rank = 1 + the runs significantly better on the deep-editing score (paired bootstrap).
+    # Rank = 1 + the runs significantly better on the deep-editing score (paired tests, Holm).
     docs = {e: _doc(board_store, "ice" if e == "verified" else e) for e in board_store.entries}
     names = list(docs)
-    paired = paired_resamples([docs[e] for e in names])
-    expected = {}
-    for i, e in enumerate(names):
-        better = 0
-        for j in range(len(names)):
-            difference = paired.difference("deep_editing_score", i, j)
-            better += difference.low is not None and difference.low > 0
-        expected[board_store.entries[e]] = 1 + better
+    paired = paired_resamples([docs[e] for e in names])  # one edit set: one paired family (Holm)
+    ranked = ranks_by_significance(paired, "deep_editing_score")
+    expected = {board_store.entries[e]: rank for e, rank in zip(names, ranked, strict=True)}
     ranks = {
         i: int(r.split(">")[1].split("<")[0])
         for i, r in zip(ids, _column(headers, rows, "Rank"), strict=True)
@@ -294,7 +289,7 @@ def test_the_ranking_is_one_models_runs_ranked_by_the_paired_comparison(served, 
     # A metric cell: value and interval from results.json (n on hover).
     rome = _doc(board_store, "rome")["metrics"]["ifr"]
     cell = rows[ids.index(board_store.entries["rome"])][headers.index("IFR")]
-    assert f"{rome['value']:.3f}" in cell and f"n = {rome['n']}" in cell
+    assert f"{rome['value']:.3f}" in cell and f"n = {rome['n']}" in cell  # n on hover
     assert f"[{rome['interval'][0]:.2f}, {rome['interval'][1]:.2f}]" in cell
 
 
@@ -429,10 +424,9 @@ def test_compare_two_runs_of_one_model(served, board_store) -> None:
     assert rows["IFR"][1] == "lower ↓" and rows["IFR"][6] == f"{ifr.difference:+.4f}"
     assert rows["IFR"][7] == f"[{ifr.low:+.4f}, {ifr.high:+.4f}]"
     score = expected["deep_editing_score"]
-    if score.low is not None and score.low > 0:
-        assert rows["Deep-editing score"][8] == "B better" and "B is better" in message
-    elif score.high is not None and score.high < 0:
-        assert rows["Deep-editing score"][8] == "A better" and "A is better" in message
+    if score.told_apart:
+        assert rows["Deep-editing score"][8] == f"{score.better} better"
+        assert f"{score.better} is better" in message
     else:
         assert rows["Deep-editing score"][8] == "no significant difference"
     assert f'href="?a={a}&amp;b={b}"' in message  # the permalink is a link

@@ -304,12 +304,29 @@ def _value_cells(entry: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _note(entry: Mapping[str, Any]) -> str:
-    """Why the value is null, else why its interval is (documents of schema 1.0 have neither)."""
+    """Why the value is null, else why its interval is, or what to know about it (few edits, every edit
+    the same value); documents of schema 1.0 have none of these."""
+    from knowgic.uncertainty import FEW_EDITS, FEW_EDITS_MARK
+
     if entry.get("reason"):
         return str(entry["reason"])
+    notes = []
     if entry["value"] is not None and entry.get("interval_reason"):
-        return f"no interval: {entry['interval_reason']}"
-    return ""
+        notes.append(f"no interval: {entry['interval_reason']}")
+    if entry.get("few_edits"):
+        notes.append(
+            f"{FEW_EDITS_MARK} few edits: {entry.get('effective_edits', 0):.1f} effective (below {FEW_EDITS:g})"
+        )
+    if entry.get("interval_note"):
+        notes.append(str(entry["interval_note"]))
+    return "; ".join(notes)
+
+
+def _edits_cell(entry: Mapping[str, Any]) -> str:
+    """``26 (9.6)``: the edits a metric rests on and their effective number (schema 1.3), else ``–``."""
+    if "edits" not in entry:
+        return "–"
+    return f"{entry['edits']} ({entry['effective_edits']:.1f})"
 
 
 def print_results(
@@ -340,6 +357,7 @@ def print_results(
     table.add_column("value", justify="right")
     table.add_column(f"{level} interval", justify="right")
     table.add_column("n", justify="right")
+    table.add_column("edits (eff.)", justify="right")
     table.add_column("better")
     table.add_column("note")
     # Labels, order and directions come from the spec; a metric of the document the spec does not
@@ -351,10 +369,19 @@ def print_results(
         label, direction = (declared.label, declared.direction) if declared else (key, "")
         entry = m[key]
         if "value" in entry:
-            table.add_row(label, *_value_cells(entry), str(entry["n"]), direction, _note(entry))
+            table.add_row(
+                label, *_value_cells(entry), str(entry["n"]), _edits_cell(entry), direction, _note(entry)
+            )
             continue
         for part, sub in entry.items():  # ifr_by_length: one row per chain length
-            table.add_row(f"  {label}, n = {part}", *_value_cells(sub), str(sub["n"]), direction, _note(sub))
+            table.add_row(
+                f"  {label}, n = {part}",
+                *_value_cells(sub),
+                str(sub["n"]),
+                _edits_cell(sub),
+                direction,
+                _note(sub),
+            )
     console.print(table)
     console.print(
         f"chains {n['chains']} (active {n['active_chains']}, still recoverable {n['recoverable_chains']}), "
@@ -363,9 +390,14 @@ def print_results(
         f"(known {n.get('specificity_facts_known', '?')})"
     )
     if uncertainty:
+        how = (
+            "each metric's method chosen by its kind (interval_method in results.json)"
+            if uncertainty.get("methods_by_kind")
+            else uncertainty["method"]
+        )
         console.print(
-            f"intervals: {level}, {uncertainty['method']}, {n['edits']} edits, "
-            f"{uncertainty['resamples']} resamples, seed {uncertainty['seed']} (docs/metrics.md)"
+            f"intervals: {level}, {how}, {n['edits']} edits, {uncertainty['resamples']} resamples, "
+            f"seed {uncertainty['seed']}; † few edits: below 10 effective edits (docs/metrics.md)"
         )
     t = document["timing"]
     pre = "from cache" if t.get("pre_scores_cached") else f"{t.get('pre_scoring_seconds', 0.0):.1f} s"
@@ -442,7 +474,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from knowgic.evaluation.spec import load_evaluation_spec
-    from knowgic.uncertainty import compare_results
+    from knowgic.uncertainty import FEW_EDITS, FEW_EDITS_MARK, PAIRED_TEST_BY_KIND, compare_results
 
     a, b = _run_document(args.run_a), _run_document(args.run_b)
     differences = compare_results(a, b, resamples=args.resamples, seed=args.seed, level=args.level)
@@ -452,17 +484,18 @@ def run_compare(args: argparse.Namespace) -> int:
             "a": {"path": str(args.run_a), "editor": a["config"]["editor"], "sha256": a["sha256"]},
             "b": {"path": str(args.run_b), "editor": b["config"]["editor"], "sha256": b["sha256"]},
             "bootstrap": {
-                "method": "paired cluster bootstrap (percentile) over edits",
+                "tests_by_kind": PAIRED_TEST_BY_KIND,
                 "resamples": args.resamples,
                 "seed": args.seed,
                 "level": args.level,
                 "edits": len(a["per_edit"]),
+                "few_edits_below": FEW_EDITS,
             },
-            "differences": [asdict(d) for d in differences],
+            "differences": [{**asdict(d), "verdict": _verdict(d, None)} for d in differences],
         }
         print(json.dumps(report, indent=2, ensure_ascii=False))
         return 0
-    metrics_spec = load_evaluation_spec().metrics
+    spec = load_evaluation_spec()
     c = a["config"]
     table = Table(
         title=f"B - A | {c['model']} | KnowGIC {a['dataset']['version']} | {c['protocol']} | {c['mode']}",
@@ -471,37 +504,48 @@ def run_compare(args: argparse.Namespace) -> int:
         caption_justify="left",
     )
     table.add_column("metric")
-    for column in ("A", "B", "B - A", f"{level} interval"):
+    for column in ("A", "B", "B - A", f"{level} interval", "p"):
         table.add_column(column, justify="right")
-    table.add_column("excludes 0")
+    table.add_column("verdict")
     for d in differences:
-        head, _, length = d.metric.partition(".")
-        declared = metrics_spec.get(head)
-        label = "IFR" if length else (declared.label if declared else head)
-        label = f"{label} n={length}" if length else label
         interval = "–" if d.low is None or d.high is None else f"[{d.low:+.4f}, {d.high:+.4f}]"
         difference = "–" if d.difference is None else f"{d.difference:+.4f}"
-        table.add_row(label, _fmt(d.a), _fmt(d.b), difference, interval, _verdict(d, declared))
+        p = "–" if d.p_value is None else f"{d.p_value:.3g}"
+        table.add_row(
+            spec.path_label(d.metric),
+            _fmt(d.a),
+            _fmt(d.b),
+            difference,
+            interval,
+            p,
+            _verdict(d, spec.metric_at(d.metric)),
+        )
     # Piped or logged output gets whole lines rather than a table folded to 80 columns.
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(table)
     console.print(
-        f"Paired cluster bootstrap over the {len(a['per_edit'])} edits: both runs' metrics recomputed on the "
-        f"same {args.resamples} resamples (seed {args.seed}). 'yes': these edits tell the runs apart."
+        f"Paired over the {len(a['per_edit'])} edits: McNemar's exact test for Efficacy and Generalization "
+        "(one 0/1 outcome per edit; Newcombe's interval), a sign-flip permutation test for the others "
+        f"(studentized bootstrap interval, {args.resamples} resamples, seed {args.seed}; cluster-robust t for "
+        "Specificity). 'told apart': p < "
+        f"{1 - args.level:.2g}. {FEW_EDITS_MARK} few edits: fewer than {FEW_EDITS:g} effective edits, where the "
+        "measured false-positive rate and coverage miss their levels (docs/metrics.md)."
     )
     return 0
 
 
 def _verdict(difference: MetricDifference, declared: MetricSpec | None) -> str:
-    """Whether the paired interval excludes 0 and, by the metric's direction, which run is better."""
+    """In words: which run the paired test finds better, or that these edits cannot tell them apart."""
+    from knowgic.uncertainty import FEW_EDITS_MARK
+
+    few = f" {FEW_EDITS_MARK} few edits" if difference.few_edits else ""
     if difference.excludes_zero is None:
         return f"– ({difference.reason})"
     if not difference.excludes_zero:
-        return "no"
-    if declared is None or declared.direction not in ("lower", "higher"):
-        return "yes"
-    b_lower = difference.difference is not None and difference.difference < 0
-    return "yes, B better" if b_lower == (declared.direction == "lower") else "yes, A better"
+        return f"not told apart{few}"
+    if difference.better is None:
+        return f"told apart{few}"
+    return f"{difference.better} better (told apart){few}"
 
 
 def run_probe_command(args: argparse.Namespace) -> int:

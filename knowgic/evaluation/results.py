@@ -31,10 +31,11 @@ from knowgic.paths import spec_dir
 
 MAX_PROBLEMS_SHOWN = 10
 """Schema problems an error lists (each with its JSON pointer, values quoted briefly) before "and N more"."""
-RESULTS_SCHEMA_VERSION = "1.2"
-READABLE_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2")
+RESULTS_SCHEMA_VERSION = "1.3"
+READABLE_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3")
 """Versions this package reads: 1.0 documents carry no intervals and no per-edit sufficient statistics; 1.2
-adds the optional ``submission`` and ``runner`` objects of runner jobs."""
+adds the optional ``submission`` and ``runner`` objects of runner jobs; 1.3 the interval method, edits,
+effective edits and few-edits flag of every metric (``spec/schemas/CHANGELOG.md``)."""
 _PACKAGES = (
     "knowgic",
     "torch",

@@ -18,6 +18,8 @@ from knowgic.uncertainty import (
     DEFAULT_LEVEL,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
+    FEW_EDITS,
+    FEW_EDITS_MARK,
     BestComparison,
     BootstrapSettings,
     compare_with_best,
@@ -76,8 +78,8 @@ def _cell(document: Mapping[str, Any], row: int, column: Column, marks: Mapping[
     if comparison is None or comparison.best is None or text == "–":
         return text
     if row == comparison.best:
-        value, _, interval = text.partition(" ")
-        return f"**{value}** {interval}".strip()
+        value, _, rest = text.partition(" ")
+        return f"**{value}** {rest}".strip()
     return f"{text} {TIED_MARK}" if comparison.tied[row] else text
 
 
@@ -148,18 +150,22 @@ def summary_table(documents: Sequence[Mapping[str, Any]], sources: Sequence[Path
     lines.append(
         f"Model `{cfg['model']}` ({cfg['dtype']}, {cfg['device']}), KnowGIC {first['dataset']['version']}, "
         f"protocol `{cfg['protocol']}`, mode `{cfg['mode']}`, seed {cfg['seed']}, {edits} edits. "
-        f"Each value: point estimate [{level}% interval], a cluster bootstrap over the edits "
-        f"({settings.resamples} resamples, seed {settings.seed}; no interval where it cannot be computed, "
-        "see results.json); – : undefined."
+        f"Each value: point estimate [{level}% interval]; the interval's method follows the metric's kind "
+        "(exact Clopper-Pearson for Efficacy and Generalization, a studentized cluster bootstrap over the "
+        f"edits for IFR and Preservation, {settings.resamples} resamples, seed {settings.seed}; "
+        "docs/metrics.md; no interval where it cannot be computed, see results.json); – : undefined. "
+        f"{FEW_EDITS_MARK}: fewer than {FEW_EDITS:g} effective edits, where the interval's measured coverage "
+        "is below its level."
     )
     if not_compared is not None:
         lines.append(f"Rows not compared with each other: {not_compared}.")
     else:
         lines.append(
-            f"**Bold**: the best value of the column. {TIED_MARK}: the paired {level}% interval of this row "
-            "minus the best row (both recomputed on the same resampled edits) includes 0, so these edits "
-            "cannot tell the row from the best. A value without a mark is distinguishably worse, or has no "
-            "paired interval (one edit, or the metric rests on one edit)."
+            f"**Bold**: the best value of the column. {TIED_MARK}: the paired test of this row against the "
+            "best row (McNemar's exact test for Efficacy and Generalization, a sign-flip permutation test "
+            f"over the edits for the others), Holm-adjusted over the column's rows, has p >= {1 - settings.level:.2g}: "
+            "these edits cannot tell the row from the best. A value without a mark is told apart from the best "
+            "(worse), or has no paired test (one edit, or the metric rests on one edit)."
         )
     return "\n".join(lines) + "\n"
 
