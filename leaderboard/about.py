@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from knowgic import __version__
 from knowgic.dataset.versions import latest_version, version_dir
-from knowgic.uncertainty import DEFAULT_LEVEL, FEW_EDITS, METHOD_BY_KIND, METHODS, PAIRED_TEST_BY_KIND
+from knowgic.uncertainty import (
+    DEFAULT_LEVEL,
+    FEW_EDITS,
+    FEW_EDITS_MARK,
+    METHOD_BY_KIND,
+    METHODS,
+    PAIRED_TEST_BY_KIND,
+)
 from leaderboard.table import HEADLINE, METRIC_COLUMNS, PER_EDIT_METRICS, RANK_METRIC, metric_spec
 
 BENCHMARK_BIBTEX = """@software{{knowgic_benchmark,
@@ -64,8 +71,8 @@ def about_markdown() -> str:
         "",
         *_interval_lines(),
         "",
-        f"A value resting on fewer than {FEW_EDITS:g} effective edits is marked *few edits*: its interval "
-        "covers less than it says. Each results file records every metric's method and edits.",
+        f"A value resting on fewer than {FEW_EDITS:g} effective edits is marked {FEW_EDITS_MARK} (few edits): "
+        "its interval covers less than it says. Each results file records every metric's method and edits.",
         "## Ranks",
         "Rank = 1 + the number of runs that are *significantly* better on the deep-editing score, among "
         "the runs of the same model, protocol, mode and dataset version (as Chatbot Arena ranks models). "

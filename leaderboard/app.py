@@ -376,7 +376,7 @@ class BoardTab:
                 self.next_page = gr.Button("next ▶", size="sm", elem_id="kg-next", scale=0)
                 gr.Markdown(
                     f"{PAGE_SIZE} runs a page. Click a row for its details; hover a value for its n and "
-                    "interval, a rank for how it is computed (see About).",
+                    "interval, a rank for how it is computed (see About); † fewer than 10 effective edits.",
                     elem_classes="kg-hint",
                 )
             with gr.Column(visible=False, elem_id="kg-reported-box") as self.reported_box:

@@ -24,6 +24,7 @@ import pandas as pd
 
 from knowgic.evaluation.results import content_sha256
 from knowgic.evaluation.spec import MetricSpec, load_evaluation_spec
+from knowgic.uncertainty import FEW_EDITS_MARK
 from knowgic.yamlfile import read_yaml
 from runner.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
 
@@ -221,7 +222,9 @@ class MetricCell:
             hover.append(
                 f"few edits: {self.effective_edits or 0:.1f} effective (below 10), the interval covers less"
             )
-            parts.append('<span class="kg-few-edits">few edits</span>')
+            parts.append(
+                f'<span class="kg-few-edits">{FEW_EDITS_MARK}</span>'
+            )  # compact: the cell stays one line
         return f'<span class="kg-metric" title="{text("; ".join(hover))}">{" ".join(parts)}</span>'
 
 
