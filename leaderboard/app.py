@@ -860,7 +860,9 @@ def build_app(
             """A page's timer: its tables are redrawn only when the board changed since the page drew them."""
             state.refresh(min_age_seconds=refresh_seconds * 0.8)
             updates: dict[Any, Any] = dict(zip(queue.outputs, queue.jobs(), strict=True))
-            if values[seen_version] != state.version:
+            # -1: the page's first draw (on_load) has not come back yet; drawing here could land after a
+            # person's first choice and be overwritten by it, or overwrite it.
+            if values[seen_version] != -1 and values[seen_version] != state.version:
                 updates.update(redraw(values))
                 updates[seen_version] = state.version
             return updates
