@@ -678,9 +678,9 @@ _WIDTHS = {
 
 
 def column_width(column: str) -> str:
-    """A metric cell holds value and interval on one line; names wrap."""
+    """A metric cell holds value, interval and the few-edits mark on one line; names wrap."""
     if column in _METRIC_KEYS or column == "private_ifr":
-        return "165px"
+        return "180px"
     return _WIDTHS.get(column, "110px")
 
 
