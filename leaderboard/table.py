@@ -669,7 +669,7 @@ def rank_html(rank: int | None) -> str:
 _METRIC_KEYS = frozenset(key for key, _ in ALL_METRICS)
 _WIDTHS = {
     "model": "150px",
-    "editor": "120px",
+    "editor": "112px",
     "links": "110px",
     "row_id": "200px",
     "submitter": "220px",
