@@ -2,9 +2,9 @@
 
 ``build_app(store_path)`` returns the :class:`gradio.Blocks`; ``launch_app`` serves it with the page's CSS
 and the upload size limit. Run as a script (or as a Hugging Face Space, whose entry point this file is) it
-is ``knowgic leaderboard`` (leaderboard/commands.py): it serves ``$KNOWGIC_STORE``, or, when
-``KNOWGIC_STORE_REPO`` names a hub dataset repository, a snapshot of that repository fetched with
-``huggingface_hub``; ``KNOWGIC_QUEUE_URL`` names the queue database (default: the store's SQLite file).
+serves ``$KNOWGIC_STORE``, or, when ``KNOWGIC_STORE_REPO`` names a hub dataset repository, a snapshot of
+that repository fetched with ``huggingface_hub``; ``KNOWGIC_QUEUE_URL`` names the queue database (default:
+the store's SQLite file).
 
 Everything shown comes from :meth:`runner.store.ResultsStore.scan`, so only results that pass every check
 of :mod:`runner.store_checks` appear, and a run is *verified* only with a worker's signature by a trusted
@@ -22,11 +22,10 @@ import datetime as _dt
 import html
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,15 +36,17 @@ import pandas as pd
 
 from knowgic.errors import KnowgicError
 from leaderboard import plots, views
+from leaderboard.about import about_markdown
 from leaderboard.table import (
-    CATEGORICAL,
+    ALL_MODELS,
     COLUMN_HEADERS,
     DEFAULT_COLUMNS,
     DEFAULT_SORT,
+    FILTERS,
     PAGE_SIZE,
     SORTABLE,
     Board,
-    Row,
+    RankCache,
     TableQuery,
     row_label,
     skipped_frame,
@@ -55,12 +56,38 @@ from runner.store import ResultsStore, SkippedFile, StoreEntry, StoreFileError, 
 
 DEFAULT_UPLOAD_LIMIT_BYTES = 50 * 1024 * 1024
 DEFAULT_REFRESH_SECONDS = 5.0
+STORE_REPO_ENV = "KNOWGIC_STORE_REPO"
+QUEUE_URL_ENV = "KNOWGIC_QUEUE_URL"
 
 CSS = """
 .kg-metric { white-space: nowrap; }
-.kg-interval, .kg-n { color: var(--body-text-color-subdued); font-size: 0.8em; }
+.kg-value { font-weight: 600; }
+.kg-interval { color: var(--body-text-color); font-size: 0.92em; margin-left: 0.3em; }
+.kg-rank { font-weight: 700; }
 .kg-undefined { cursor: help; text-decoration: underline dotted; }
+.kg-editor { font-weight: 600; }
+.kg-verified { font-size: 0.85em; color: var(--color-accent); white-space: nowrap; }
+#kg-header h1 { margin: 0; font-size: 1.5em; }
+#kg-header p { margin: 0.2em 0 0; }
+#kg-status { align-self: end; }
+.kg-hint p { font-size: 0.9em; margin: 0; }
+.kg-links { white-space: nowrap; }
+#kg-about td:nth-child(-n+2), #kg-about th:nth-child(-n+2) { white-space: nowrap; }
+/* A phone: the title, then the model and the ranking (rank and editor pinned, IFR beside them). */
+#kg-board-head { flex-wrap: wrap; }
+#kg-status { flex: 1 1 320px; }
+@media (max-width: 640px) {
+  #kg-header p { display: none; }
+}
+
 """
+HEADER = (
+    "# KnowGIC leaderboard\n"
+    "Deep knowledge editing: after an edit, how much of the old fact can a model still deduce? "
+    "**IFR** (Indirect Fact Recovery) is better lower ↓; **Preservation**, **Efficacy**, **Specificity** "
+    "and the **deep-editing score** are better higher ↑. Values carry their 95% interval; the About tab "
+    "says how ranks are computed."
+)
 
 
 def _fmt_seconds(seconds: float) -> str:
@@ -73,18 +100,17 @@ def _fmt_seconds(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-VERIFY_PUBLISH_SECONDS = 2.0  # how often background verification shows the rows it has verified
 # Worker processes that verify results files (each check is CPU work: processes keep requests answered).
 VERIFY_PROCESSES = max(1, min(4, (os.cpu_count() or 2) - 1))
+VERIFY_PUBLISH_SECONDS = 2.0  # how often background verification shows the rows it has verified
 
 
 @dataclass
 class LeaderboardState:
     """One app's view of its store: the current board (rebuilt when the store changes) and the queue.
 
-    The store is read and its new results verified by a background thread (the verification itself in
-    ``verify_processes`` worker processes, so that requests never wait for it); ``progress`` is (done,
-    total) while it runs ((0, 0) while the entries are being read), else None."""
+    Results not verified yet are verified by one background thread; ``progress`` is (done, total) while it
+    runs, else None."""
 
     store: ResultsStore
     queue_url: str
@@ -99,21 +125,21 @@ class LeaderboardState:
     _queue: Any = field(default=None, init=False)
     _verifier: threading.Thread | None = field(default=None, init=False)
     _closed: threading.Event = field(default_factory=threading.Event, init=False)
+    # Each track's ranks by the hashes of its runs, kept across boards (see leaderboard.table.Board).
+    rank_cache: RankCache = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.downloads = Path(tempfile.mkdtemp(prefix="knowgic-leaderboard-"))
-        self.board = Board(StoreScan(), include_reported=self.include_reported)  # until the store is read
+        self.board = self._board(StoreScan())  # until the store is read: the page answers at once
         self._start(None)
 
     def _start(self, scan: StoreScan | None) -> None:
-        """Read (``scan`` None) and verify in a background thread (the caller holds the lock or is
-        __init__)."""
+        """Read the store (``scan`` None) and verify its new results in a background thread (the caller
+        holds the lock or is __init__)."""
         if (scan is not None and not scan.unverified) or self._closed.is_set():
             return
         self.progress = (0, 0) if scan is None else (0, len(scan.unverified))
-        self._verifier = threading.Thread(
-            target=self._verify, args=(scan,), name="knowgic-verify", daemon=True
-        )
+        self._verifier = threading.Thread(target=self._verify, args=(scan,), name="knowgic-verify", daemon=True)
         self._verifier.start()
 
     def _verify(self, scan: StoreScan | None) -> None:
@@ -125,6 +151,7 @@ class LeaderboardState:
         total = len(scan.unverified)
         self._publish(entries, skipped, progress=(0, total) if total else None)
         published = time.monotonic()
+        # The checks run in worker processes: each is CPU work, and requests must never wait for it.
         outcomes = self.store.verify_entries(scan.unverified, self.verify_processes, stop=self._closed.is_set)
         for done, (path, outcome) in enumerate(outcomes, start=1):
             if isinstance(outcome, StoreEntry):
@@ -150,9 +177,7 @@ class LeaderboardState:
         inside = self.store.entries_dir
         files = sorted((s for s in skipped if s.path.parent == inside), key=lambda s: s.path.name)
         others = [s for s in skipped if s.path.parent != inside]
-        board = Board(
-            StoreScan(entries=ordered, skipped=files + others), include_reported=self.include_reported
-        )
+        board = self._board(StoreScan(entries=ordered, skipped=files + others))
         with self._lock:
             self.board = board
             self.progress = progress
@@ -197,9 +222,12 @@ class LeaderboardState:
                 if scan.unverified:
                     self.version += 1  # the notice changed
                 return bool(scan.unverified)
-            self.board = Board(scan, include_reported=self.include_reported)
+            self.board = self._board(scan)
             self.version += 1
             return True
+
+    def _board(self, scan: Any) -> Board:
+        return Board(scan, include_reported=self.include_reported, rank_cache=self.rank_cache)
 
     def queue(self) -> Any:
         from runner.queue import JobQueue
@@ -236,17 +264,560 @@ def jobs_frame(jobs: Sequence[Any]) -> pd.DataFrame:
     return pd.DataFrame.from_records(records, columns=[*columns, "Reason", "Worker", "Updated"])
 
 
-def _query(
-    search: str, filters: Sequence[Any], sort: str, order: str, columns: Sequence[str], page: Any
-) -> TableQuery:
-    return TableQuery(
-        search=search or "",
-        filters={key: list(values or []) for (key, _), values in zip(CATEGORICAL, filters, strict=True)},
-        sort=sort or DEFAULT_SORT,
-        descending=order != "ascending",
-        columns=list(columns or DEFAULT_COLUMNS),
-        page=int(page or 1),
+def resolve_store(store_path: str | Path | None) -> Path:
+    """The store folder: ``store_path``; else a snapshot of the hub dataset repository named by
+    ``$KNOWGIC_STORE_REPO`` (a Space's configuration); else ``$KNOWGIC_STORE`` or ``./knowgic-store``."""
+    if store_path is not None:
+        return Path(store_path)
+    repo = os.environ.get(STORE_REPO_ENV)
+    if repo:
+        from huggingface_hub import snapshot_download
+
+        try:
+            return Path(snapshot_download(repo_id=repo, repo_type="dataset"))
+        except Exception as exc:  # the hub's errors are many; a Space must say which repo failed and why
+            raise KnowgicError(f"cannot fetch the results store {repo!r} from the hub: {exc}") from None
+    from runner.store import default_store_root
+
+    return default_store_root()
+
+
+CONTROL_NAMES: tuple[str, ...] = ("model", "search", *(key for key, _ in FILTERS), "sort", "order", "columns")
+"""The Leaderboard tab's controls, in the order its inputs (and the /table, /csv, /plots API) take them."""
+
+
+@dataclass(frozen=True)
+class Controls:
+    """What the ranking is asked to show: the controls' values by name (:data:`CONTROL_NAMES`)."""
+
+    values: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, values: Sequence[Any]) -> Controls:
+        return cls(dict(zip(CONTROL_NAMES, values, strict=True)))
+
+    @property
+    def model(self) -> str | None:
+        return self.values["model"] or None
+
+    def query(self, page: Any = 1, part: str = "ranked", model: str | None = None) -> TableQuery:
+        v = self.values
+        return TableQuery(
+            search=v["search"] or "",
+            filters={key: list(v[key] or []) for key, _ in FILTERS},
+            sort=v["sort"] or DEFAULT_SORT,
+            descending=v["order"] != "ascending",
+            columns=list(v["columns"] or DEFAULT_COLUMNS),
+            page=int(page or 1),
+            model=model or self.model,
+            part=part,
+        )
+
+
+def _frame_update(shown: Any) -> gr.Dataframe:
+    return gr.Dataframe(
+        value=pd.DataFrame(shown.cells, columns=shown.headers)
+        if shown.cells
+        else pd.DataFrame(columns=shown.headers),
+        datatype=shown.datatypes,
+        column_widths=shown.widths,
     )
+
+
+def _status(shown: Any, model: str | None, notice: str = "") -> str:
+    what = f"{shown.total} result(s)"
+    if model and model != ALL_MODELS:
+        what += f" of {model}"
+    context = " · ".join(
+        f"dataset {value}" if key == "dataset" else value
+        for key, value in shown.constant.items()
+        if key != "model"
+    )
+    parts = [what, *([f"all {context}"] if context else []), f"page {shown.page} of {shown.pages}"]
+    return " · ".join(parts) + (f"\n\n*{notice}*" if notice else "")
+
+
+class BoardTab:
+    """The ranking: one model's runs ranked (model selector first), reported rows apart, controls folded."""
+
+    def __init__(self, state: LeaderboardState) -> None:
+        self.state = state
+
+    def model_choices(self) -> list[tuple[str, str]]:
+        board = self.state.board
+        counts: dict[str, int] = {}
+        for row in board.rows:
+            counts[row.model] = counts.get(row.model, 0) + (row.entry is not None)
+        choices = [
+            (f"{m} ({counts[m]} run{'s' if counts[m] != 1 else ''})" if counts[m] else f"{m} (reported)", m)
+            for m in board.models()
+        ]
+        return [*choices, ("All models (no ranks)", ALL_MODELS)]
+
+    def default_model(self) -> str:
+        models = self.state.board.models()
+        return models[0] if models else ALL_MODELS
+
+    def build(self) -> None:
+        board = self.state.board
+        with gr.Tab("Leaderboard", id="board"):
+            self.row_ids = gr.State([])  # the ids of the rows shown, for a click on a row
+            with gr.Row(equal_height=True, elem_id="kg-board-head"):
+                self.model = gr.Dropdown(
+                    self.model_choices(),
+                    value=self.default_model(),
+                    label="Model (one ranking per model)",
+                    scale=1,
+                    min_width=220,
+                    elem_id="kg-model",
+                )
+                self.status = gr.Markdown(elem_id="kg-status", min_width=320)
+            self.table = gr.Dataframe(
+                interactive=False,
+                wrap=True,
+                max_height=1100,
+                pinned_columns=2,
+                show_label=False,
+                elem_id="kg-table",
+            )
+            with gr.Row(elem_id="kg-pager"):
+                self.prev_page = gr.Button("◀ previous", size="sm", elem_id="kg-prev", scale=0)
+                self.page = gr.Number(
+                    value=1, precision=0, label="Page", minimum=1, elem_id="kg-page", scale=0, min_width=90
+                )
+                self.next_page = gr.Button("next ▶", size="sm", elem_id="kg-next", scale=0)
+                gr.Markdown(
+                    f"{PAGE_SIZE} runs a page. Click a row for its details; hover a value for its n and "
+                    "interval, a rank for how it is computed (see About); † fewer than 10 effective edits.",
+                    elem_classes="kg-hint",
+                )
+            with gr.Column(visible=False, elem_id="kg-reported-box") as self.reported_box:
+                gr.Markdown(
+                    "**Reported by the KnowGIC paper's authors**, not re-run here and not ranked with the "
+                    "runs above: IFR and Preservation only, protocol and mode not stated."
+                )
+                self.reported = gr.Dataframe(interactive=False, wrap=True, elem_id="kg-reported")
+            with gr.Accordion(
+                "Advanced: search, filters, columns, sort", open=False, elem_id="kg-advanced"
+            ) as self.advanced:
+                with gr.Row():
+                    self.search = gr.Textbox(
+                        label="Search",
+                        placeholder="editor, id, submitter…",
+                        scale=3,
+                        elem_id="kg-search",
+                    )
+                    self.sort = gr.Dropdown(
+                        [(label, key) for key, label in SORTABLE],
+                        value=DEFAULT_SORT,
+                        label="Sort by",
+                        elem_id="kg-sort",
+                    )
+                    self.order = gr.Radio(
+                        ["descending", "ascending"], value="descending", label="Order", elem_id="kg-order"
+                    )
+                with gr.Row():
+                    self.filters = {
+                        key: gr.Dropdown(
+                            choices=board.choices(key),
+                            multiselect=True,
+                            label=label,
+                            elem_id=f"kg-filter-{key}",
+                        )
+                        for key, label in FILTERS
+                    }
+                self.columns = gr.CheckboxGroup(
+                    [(label, key) for key, label in COLUMN_HEADERS.items()],
+                    value=list(DEFAULT_COLUMNS),
+                    label="Columns (model, protocol, mode, dataset and source show only where rows differ)",
+                    elem_id="kg-columns",
+                )
+                with gr.Row():
+                    self.reload_button = gr.Button("Re-read the store now", size="sm", elem_id="kg-reload")
+                    self.csv_button = gr.Button(
+                        "Download the filtered table as CSV", size="sm", elem_id="kg-csv"
+                    )
+                self.csv_file = gr.File(label="CSV", interactive=False, visible=False, elem_id="kg-csv-file")
+            with gr.Accordion(
+                f"Skipped files ({len(board.skipped)})", open=False, elem_id="kg-skipped"
+            ) as self.skipped_box:
+                gr.Markdown("Files of the store that are not shown, and why (malformed, forged, unreadable).")
+                self.skipped = gr.Dataframe(
+                    skipped_frame(board.skipped, self.state.store.root),
+                    interactive=False,
+                    wrap=True,
+                    column_widths=["30%", "70%"],
+                    elem_id="kg-skipped-table",
+                )
+        self.controls = [
+            self.model,
+            self.search,
+            *(self.filters[key] for key, _ in FILTERS),
+            self.sort,
+            self.order,
+            self.columns,
+        ]
+        self.inputs = [*self.controls, self.page]
+        self.outputs = [self.table, self.status, self.page, self.row_ids, self.reported_box, self.reported]
+        self.refreshed = [self.model, *self.filters.values(), self.skipped_box, self.skipped]
+
+    def render(self, *values: Any) -> tuple[Any, ...]:
+        """The ranking and the reported rows for the controls' values (then the page number)."""
+        controls = Controls.of(values[:-1])
+        board = self.state.board
+        shown = board.page(controls.query(values[-1]))
+        reported = board.page(controls.query(1, "reported"))
+        reported_view = reported if reported.total else None
+        return (
+            _frame_update(shown),
+            _status(shown, controls.model, self.state.notice()),
+            shown.page,
+            shown.row_ids,
+            gr.Column(visible=reported_view is not None),
+            _frame_update(reported_view) if reported_view else gr.skip(),
+        )
+
+    def refresh_updates(self) -> dict[Any, Any]:
+        """Choices that follow the store: models, filter values, the skipped files."""
+        board = self.state.board
+        updates: dict[Any, Any] = {self.model: gr.Dropdown(choices=self.model_choices())}
+        updates.update({self.filters[key]: gr.Dropdown(choices=board.choices(key)) for key, _ in FILTERS})
+        updates[self.skipped_box] = gr.Accordion(label=f"Skipped files ({len(board.skipped)})")
+        updates[self.skipped] = skipped_frame(board.skipped, self.state.store.root)
+        return updates
+
+    def csv(self, *values: Any) -> gr.File:
+        controls = Controls.of(values)
+        frame = self.state.board.export(controls.query(1, "all"))
+        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S")
+        target = self.state.downloads / f"knowgic-leaderboard-{stamp}.csv"
+        frame.to_csv(target, index=False)
+        return gr.File(value=str(target), visible=True)
+
+    def wire(self) -> None:
+        def first_page(*values: Any) -> tuple[Any, ...]:
+            return self.render(*values[:-1], 1)
+
+        def step(delta: int) -> Callable[..., tuple[Any, ...]]:
+            return lambda *values: self.render(*values[:-1], int(values[-1] or 1) + delta)
+
+        quiet = {"api_name": False, "show_progress": "hidden"}
+        for control in self.controls:
+            if control is not self.search:
+                control.change(first_page, self.inputs, self.outputs, **quiet)
+        self.search.change(first_page, self.inputs, self.outputs, trigger_mode="always_last", **quiet)
+        self.page.submit(self.render, self.inputs, self.outputs, api_name="table", show_progress="hidden")
+        self.prev_page.click(step(-1), self.inputs, self.outputs, **quiet)
+        self.next_page.click(step(+1), self.inputs, self.outputs, **quiet)
+        self.csv_button.click(self.csv, self.controls, self.csv_file, api_name="csv")
+
+
+class PlotsTab:
+    """IFR against Preservation and IFR by chain length, for one model, following the ranking's filters."""
+
+    def __init__(self, state: LeaderboardState, board: BoardTab) -> None:
+        self.state, self.board = state, board
+
+    def build(self) -> None:
+        with gr.Tab("Plots", id="plots") as self.tab:
+            self.model = gr.Dropdown(label="Model", allow_custom_value=True, elem_id="kg-plot-model")
+            gr.Markdown(
+                "Points follow the ranking's search and filters; bars are 95% intervals; each editor keeps "
+                "its colour; circles are verified runs, diamonds local runs, squares reported numbers."
+            )
+            self.tradeoff = gr.Plot(show_label=False, elem_id="kg-tradeoff")
+            self.lengths = gr.Plot(show_label=False, elem_id="kg-lengths")
+
+    def plot(self, model: str | None, *values: Any) -> tuple[Any, ...]:
+        controls = Controls.of(values)
+        frame = self.state.board.select(controls.query(1, "all", ALL_MODELS))
+        models = [m for m in self.state.board.models() if not frame.empty and m in set(frame["model"])]
+        if model not in models:  # the ranking's model, else the model with the most runs
+            model = controls.model if controls.model in models else (models[0] if models else None)
+        return (
+            gr.Dropdown(choices=models, value=model),
+            plots.tradeoff_figure(frame, model or ""),
+            plots.length_figure(frame, model or ""),
+        )
+
+    def wire(self) -> None:
+        inputs = [self.model, *self.board.controls]
+        outputs = [self.model, self.tradeoff, self.lengths]
+        self.model.input(self.plot, inputs, outputs, api_name="plots")
+        # Drawn when the tab opens: a large board costs nothing for the plots until then.
+        self.tab.select(self.plot, inputs, outputs, api_name=False)
+
+
+class DetailTab:
+    """One result: header, every metric, downloads, per-edit heatmap and table, chains, config, provenance."""
+
+    def __init__(self, state: LeaderboardState) -> None:
+        self.state = state
+
+    def build(self) -> None:
+        with gr.Tab("Result", id="detail"):
+            with gr.Row():
+                self.row_id = gr.Textbox(label="Result id", scale=4, elem_id="kg-detail-id")
+                self.open = gr.Button("Open", scale=0, elem_id="kg-detail-open")
+            self.header = gr.HTML(elem_id="kg-detail-header")
+            self.metrics = gr.Dataframe(
+                label="Metrics",
+                interactive=False,
+                wrap=True,
+                max_height=1200,  # every metric at once: no scrolling inside the table
+                column_widths=["200px", "80px", "60px", "160px", "90px", "auto"],
+                elem_id="kg-detail-metrics",
+            )
+            self.download = gr.File(
+                label="results.json (and the submission archive of a verified run)",
+                file_count="multiple",
+                interactive=False,
+                elem_id="kg-detail-download",
+            )
+            self.heatmap = gr.Plot(show_label=False, elem_id="kg-heatmap")
+            self.per_edit = gr.Dataframe(
+                label="Per edit", interactive=False, wrap=True, elem_id="kg-per-edit"
+            )
+            self.edit_choice = gr.Dropdown(
+                label="Chains of edit", allow_custom_value=True, elem_id="kg-edit-choice"
+            )
+            self.chains = gr.Dataframe(
+                label="Chains (r before and after the edit)",
+                interactive=False,
+                wrap=True,
+                column_widths=views.CHAIN_WIDTHS,
+                elem_id="kg-chains",
+            )
+            with gr.Accordion("Configuration and hyper-parameters", open=False):
+                self.config = gr.JSON(label="config", elem_id="kg-config")
+            with gr.Accordion("Provenance", open=False):
+                self.provenance = gr.JSON(label="provenance", elem_id="kg-provenance")
+            with gr.Accordion("Environment", open=False):
+                self.environment = gr.JSON(label="environment", elem_id="kg-environment")
+        self.outputs = [
+            self.header,
+            self.metrics,
+            self.heatmap,
+            self.per_edit,
+            self.edit_choice,
+            self.chains,
+            self.config,
+            self.provenance,
+            self.environment,
+            self.download,
+        ]
+
+    def _without_document(self, header: str, metrics: Any) -> tuple[Any, ...]:
+        """The outputs of a row without a results document (none chosen, or a reported row)."""
+        return (
+            header,
+            metrics,
+            plots.heatmap_figure([], ""),
+            views.per_edit_frame({}),
+            gr.Dropdown(choices=[], value=None),
+            views.empty_chains(),
+            None,
+            None,
+            None,
+            None,
+        )
+
+    def show(self, row_id: str | None) -> tuple[Any, ...]:
+        state = self.state
+        row = state.board.by_id.get((row_id or "").strip())
+        if row is None:
+            message = "Choose a result: click a row of the ranking, or open a permalink (?result=ID)."
+            if row_id:
+                message = f"No result with id {row_id!r} in this leaderboard."
+            return self._without_document(f"<p>{html.escape(message)}</p>", views.metrics_frame(None, None))
+        permalink = f"?result={quote(row.row_id)}"
+        if row.entry is None:  # reported: no document
+            return self._without_document(views.detail_header(row, permalink), views.metrics_frame(row, None))
+        try:
+            document = row.entry.document
+        except StoreFileError as exc:
+            return (f"<p>{html.escape(str(exc))}</p>", *self.show(None)[1:])
+        choices = views.edit_choices(document)
+        first = choices[0][1] if choices else None
+        files = [str(self._copy(row.entry.results_file, f"results-{row.entry.results_sha256[:16]}.json"))]
+        sha = row.entry.submission_sha256
+        archive = state.store.submission_path(sha) if sha else None
+        if archive is not None:  # a verified run's code: the submission archive it was run from
+            files.append(str(self._copy(archive, f"submission-{archive.name}")))
+        return (
+            views.detail_header(row, permalink) + views.private_note(document),
+            views.metrics_frame(row, document),
+            plots.heatmap_figure(
+                document["per_edit"][: views.DETAIL_ROWS], f"{row.model} · {row.editor}: per-edit metrics"
+            ),
+            views.per_edit_frame(document),
+            gr.Dropdown(choices=choices, value=first),
+            views.chains_frame(document, first),
+            views.bounded_json(dict(document["config"])),
+            views.bounded_json(views.provenance(row, document)),
+            views.bounded_json(document.get("environment")),
+            files,
+        )
+
+    def _copy(self, source: Path, name: str) -> Path:
+        target = self.state.downloads / name
+        if not target.exists():
+            shutil.copyfile(source, target)
+        return target
+
+    def chains_of(self, row_id: str | None, edit_id: str | None) -> pd.DataFrame:
+        row = self.state.board.by_id.get((row_id or "").strip())
+        if row is None or row.entry is None or not edit_id:
+            return views.empty_chains()
+        try:
+            return views.chains_frame(row.entry.document, edit_id)
+        except StoreFileError:
+            return views.empty_chains()
+
+    def wire(self) -> None:
+        self.open.click(self.show, self.row_id, self.outputs, api_name="detail")
+        self.row_id.submit(self.show, self.row_id, self.outputs, api_name=False)
+        self.edit_choice.change(
+            self.chains_of, [self.row_id, self.edit_choice], self.chains, api_name="chains"
+        )
+
+
+def compare_html(comparison: views.Comparison, a: str | None, b: str | None) -> str:
+    """The comparison in words, and its permalink as a link (everything escaped)."""
+    esc = html.escape
+    lines = [f"<p><strong>{esc(sentence)}</strong></p>" for sentence in comparison.summary]
+    lines += [f"<p>{esc(line)}</p>" for line in comparison.message.splitlines() if line]
+    if a and b and comparison.edits.size:
+        link = f"?a={quote(a)}&b={quote(b)}"
+        lines.append(f'<p>Permalink: <a class="kg-permalink" href="{esc(link)}">{esc(link)}</a></p>')
+    return "\n".join(lines)
+
+
+class CompareTab:
+    """Two runs of one model: B − A per metric with the paired interval, said in words; edit by edit."""
+
+    def __init__(self, state: LeaderboardState) -> None:
+        self.state = state
+
+    def build(self) -> None:
+        with gr.Tab("Compare", id="compare"):
+            gr.Markdown("Two runs of one model: B − A per metric with a paired bootstrap interval.")
+            with gr.Row():
+                self.model = gr.Dropdown(label="Model", allow_custom_value=True, elem_id="kg-compare-model")
+                self.a = gr.Dropdown(label="A", allow_custom_value=True, elem_id="kg-compare-a")
+                self.b = gr.Dropdown(label="B", allow_custom_value=True, elem_id="kg-compare-b")
+            self.button = gr.Button("Compare", elem_id="kg-compare-button")
+            self.message = gr.HTML(elem_id="kg-compare-message")
+            self.metrics = gr.Dataframe(
+                label="Metric by metric",
+                interactive=False,
+                wrap=True,
+                max_height=1200,  # every metric at once
+                elem_id="kg-compare-metrics",
+            )
+            self.edits = gr.Dataframe(
+                label="Edit by edit", interactive=False, wrap=True, elem_id="kg-compare-edits"
+            )
+        self.outputs = [self.message, self.metrics, self.edits]
+
+    def stored_models(self) -> list[str]:
+        return [
+            m
+            for m in self.state.board.models()
+            if any(r.entry for r in self.state.board.rows if r.model == m)
+        ]
+
+    def choices(self, model: str | None, a: str | None = None, b: str | None = None) -> tuple[Any, Any]:
+        rows = [r for r in self.state.board.rows if r.model == model and r.entry is not None] if model else []
+        options = [(row_label(r), r.row_id) for r in rows]
+        ids = {r.row_id for r in rows}
+        return (
+            gr.Dropdown(choices=options, value=a if a in ids else None),
+            gr.Dropdown(choices=options, value=b if b in ids else None),
+        )
+
+    def run(self, a: str | None, b: str | None) -> tuple[Any, ...]:
+        board = self.state.board
+        comparison = views.compare(board.by_id.get(a or ""), board.by_id.get(b or ""))
+        return compare_html(comparison, a, b), comparison.metrics, comparison.edits
+
+    def wire(self) -> None:
+        self.model.input(self.choices, self.model, [self.a, self.b], api_name=False)
+        self.button.click(self.run, [self.a, self.b], self.outputs, api_name="compare")
+
+
+class QueueTab:
+    """Upload a submission (Submit) and follow the jobs (Queue)."""
+
+    def __init__(self, state: LeaderboardState, upload_limit_bytes: int) -> None:
+        self.state, self.upload_limit_bytes = state, upload_limit_bytes
+
+    def build(self) -> None:
+        with gr.Tab("Submit", id="submit"):
+            gr.Markdown(
+                "Upload a submission archive (.tar.gz or .zip with `submission.yaml` at its root): it is "
+                "checked as `knowgic runner submit` checks it (schema, size, safe archive) and its jobs "
+                f"are queued. Uploads are limited to {self.upload_limit_bytes // (1024 * 1024)} MiB. "
+                "The About tab says what a submission holds."
+            )
+            self.upload = gr.File(
+                label="Submission archive", file_types=[".gz", ".tgz", ".zip"], elem_id="kg-upload"
+            )
+            self.submit = gr.Button("Validate and queue", variant="primary", elem_id="kg-submit")
+            self.result = gr.Textbox(label="Result", lines=4, interactive=False, elem_id="kg-submit-message")
+        with gr.Tab("Queue", id="queue"):
+            with gr.Row():
+                self.note = gr.Markdown(elem_id="kg-queue-note")
+                self.refresh = gr.Button("Refresh", size="sm", elem_id="kg-queue-refresh", scale=0)
+            self.table = gr.Dataframe(
+                interactive=False,
+                wrap=True,
+                column_widths=["13%", "10%", "9%", "7%", "9%", "6%", "5%", "11%", "16%", "7%", "7%"],
+                elem_id="kg-queue",
+            )
+        self.outputs = [self.note, self.table]
+
+    def jobs(self) -> tuple[str, pd.DataFrame]:
+        try:
+            frame = jobs_frame(self.state.queue().jobs())
+        except KnowgicError as exc:
+            return f"Cannot read the queue: {exc}", jobs_frame([])
+        if frame.empty:
+            return "No jobs yet: submissions uploaded on the Submit tab are queued here.", frame
+        counts = frame["State"].value_counts()
+        return f"{len(frame)} job(s): " + ", ".join(f"{n} {state}" for state, n in counts.items()), frame
+
+    def do_submit(self, upload: str | None) -> str:
+        from runner.submission import submit
+
+        if not upload:
+            return "Choose a submission archive (.tar.gz or .zip) first."
+        path = Path(upload)
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            return f"error: cannot read the upload: {exc.strerror or exc}"
+        limit = self.upload_limit_bytes
+        if size > limit:
+            return f"error: {path.name} is {size} bytes; uploads are limited to {limit} bytes"
+        try:
+            submission, jobs = submit(path, self.state.store, self.state.queue())
+        except KnowgicError as exc:
+            return f"error: {' '.join(str(exc).replace(str(path.parent) + os.sep, '').split())}"
+        lines = [
+            f"queued {len(jobs)} job(s) for {submission.name} {submission.version} (sha256 {submission.sha256[:12]}…):"
+        ]
+        lines += [
+            f"  {job.job_id}: {job.model} · {job.protocol} · {job.mode} · {str(job.state).lower()}"
+            for job in jobs
+        ]
+        return "\n".join(lines)
+
+    def wire(self) -> None:
+        self.submit.click(self.do_submit, self.upload, self.result, api_name="submit").then(
+            self.jobs, None, self.outputs, api_name=False
+        )
+        self.refresh.click(lambda: self.jobs()[1], None, self.table, api_name="queue")
 
 
 def build_app(
@@ -269,503 +840,115 @@ def build_app(
         store_path, verified_cache=verified_cache, trusted_keys=TrustedKeys.load(trusted_keys)
     )
     state = LeaderboardState(store, queue_url or store.queue_url(), include_reported)
-    sort_choices = [(label, key) for key, label in SORTABLE]
-    column_choices = [(label, key) for key, label in COLUMN_HEADERS.items()]
+    board = BoardTab(state)
+    plot_tab = PlotsTab(state, board)
+    detail = DetailTab(state)
+    compare = CompareTab(state)
+    queue = QueueTab(state, upload_limit_bytes)
 
-    def render(search, *rest):  # filters..., sort, order, columns, page
-        filters, (sort, order, columns, page) = rest[: len(CATEGORICAL)], rest[len(CATEGORICAL) :]
-        query = _query(search, filters, sort, order, columns, page)
-        board = state.board
-        shown = board.page(query)
-        table = gr.Dataframe(
-            value=pd.DataFrame(shown.cells, columns=shown.headers)
-            if shown.cells
-            else pd.DataFrame(columns=shown.headers),
-            datatype=shown.datatypes,
-            column_widths=shown.widths,
-        )
-        status = f"{shown.total} result(s) match of {len(board.rows)} · page {shown.page} of {shown.pages}"
-        notice = state.notice()
-        if notice:
-            status += f"\n\n*{notice}*"
-        return table, status, shown.page, shown.row_ids
-
-    def render_first_page(search, *rest):
-        return render(search, *rest[:-1], 1)
-
-    def filter_updates() -> list[Any]:
-        board = state.board
-        return [gr.Dropdown(choices=board.choices(key)) for key, _ in CATEGORICAL]
-
-    def skipped_updates() -> tuple[Any, Any]:
-        board = state.board
-        return (
-            gr.Accordion(label=f"Skipped files ({len(board.skipped)})"),
-            skipped_frame(board.skipped, store.root),
-        )
-
-    def stored_models() -> list[str]:
-        return sorted({row.model for row in state.board.rows if row.entry is not None})
-
-    def model_rows(model: str) -> list[Row]:
-        return [row for row in state.board.rows if row.model == model and row.entry is not None]
-
-    # -- detail view --------------------------------------------------------------------------------------
-    def show_detail(row_id: str | None):
-        row = state.board.by_id.get((row_id or "").strip())
-        nothing = gr.Dropdown(choices=[], value=None)
-
-        def no_run_detail(header: str, metrics: Any) -> tuple[Any, ...]:
-            """The detail outputs of a row without a results document (none chosen, or a reported row)."""
-            return (
-                header,
-                metrics,
-                plots.heatmap_figure([], ""),
-                views.per_edit_frame({}),
-                nothing,
-                views.empty_chains(),
-                None,
-                None,
-                None,
-                None,
-            )
-
-        if row is None:
-            message = "Choose a result: click a row of the table, or open a permalink (?result=ID)."
-            if row_id:
-                message = f"No result with id {row_id!r} in this leaderboard."
-            return no_run_detail(f"<p>{html.escape(message)}</p>", views.metrics_frame(None, None))
-        permalink = f"?result={quote(row.row_id)}"
-        if row.entry is None:  # reported: no document
-            return no_run_detail(views.detail_header(row, permalink), views.metrics_frame(row, None))
-        try:
-            document = row.entry.document
-        except StoreFileError as exc:
-            return (f"<p>{html.escape(str(exc))}</p>", *show_detail(None)[1:])
-        choices = views.edit_choices(document)
-        first = choices[0][1] if choices else None
-        download = state.downloads / f"results-{row.entry.results_sha256[:16]}.json"
-        if not download.exists():
-            shutil.copyfile(row.entry.results_file, download)
-        files = [str(download)]
-        archive = store.submission_path(row.entry.submission_sha256) if row.entry.submission_sha256 else None
-        if archive is not None:  # a verified run's code: the submission archive it was run from
-            copy = state.downloads / f"submission-{archive.name}"
-            if not copy.exists():
-                shutil.copyfile(archive, copy)
-            files.append(str(copy))
-        config = dict(document["config"])
-        shown_edits = document["per_edit"][: views.DETAIL_ROWS]
-        return (
-            views.detail_header(row, permalink) + views.private_note(document),
-            views.metrics_frame(row, document),
-            plots.heatmap_figure(shown_edits, f"{row.model} · {row.editor}: per-edit metrics"),
-            views.per_edit_frame(document),
-            gr.Dropdown(choices=choices, value=first),
-            views.chains_frame(document, first),
-            views.bounded_json(config),
-            views.bounded_json(views.provenance(row, document)),
-            views.bounded_json(document.get("environment")),
-            files,
-        )
-
-    def show_chains(row_id: str | None, edit_id: str | None):
-        row = state.board.by_id.get((row_id or "").strip())
-        if row is None or row.entry is None or not edit_id:
-            return views.empty_chains()
-        try:
-            return views.chains_frame(row.entry.document, edit_id)
-        except StoreFileError:
-            return views.empty_chains()
-
-    # -- compare ------------------------------------------------------------------------------------------
-    def compare_choices(model: str | None, a: str | None = None, b: str | None = None):
-        rows = model_rows(model) if model else []
-        choices = [(row_label(r), r.row_id) for r in rows]
-        ids = {r.row_id for r in rows}
-        return (
-            gr.Dropdown(choices=choices, value=a if a in ids else None),
-            gr.Dropdown(choices=choices, value=b if b in ids else None),
-        )
-
-    def run_compare(a: str | None, b: str | None):
-        comparison = views.compare(state.board.by_id.get(a or ""), state.board.by_id.get(b or ""))
-        permalink = f"?a={quote(a)}&b={quote(b)}" if a and b else ""
-        message = comparison.message + (
-            f"\nPermalink: {permalink}" if permalink and comparison.edits.size else ""
-        )
-        return message, comparison.metrics, comparison.edits
-
-    # -- submit and queue ---------------------------------------------------------------------------------
-    def do_submit(upload: str | None):
-        from runner.submission import submit
-
-        if not upload:
-            return "Choose a submission archive (.tar.gz or .zip) first."
-        path = Path(upload)
-        try:
-            size = path.stat().st_size
-        except OSError as exc:
-            return f"error: cannot read the upload: {exc.strerror or exc}"
-        if size > upload_limit_bytes:
-            return f"error: {path.name} is {size} bytes; uploads are limited to {upload_limit_bytes} bytes"
-        try:
-            submission, jobs = submit(path, store, state.queue())
-        except KnowgicError as exc:
-            return f"error: {' '.join(str(exc).replace(str(path.parent) + os.sep, '').split())}"
-        lines = [
-            f"queued {len(jobs)} job(s) for {submission.name} {submission.version} (sha256 {submission.sha256[:12]}…):"
-        ]
-        lines += [
-            f"  {job.job_id}: {job.model} · {job.protocol} · {job.mode} · {str(job.state).lower()}"
-            for job in jobs
-        ]
-        return "\n".join(lines)
-
-    def queue_table():
-        try:
-            return jobs_frame(state.queue().jobs())
-        except KnowgicError as exc:
-            return pd.DataFrame({"Queue": [f"cannot read the queue: {exc}"]})
-
-    # -- refresh ------------------------------------------------------------------------------------------
-    def tick(seen_version: int, search, *rest):
-        """A page's timer: its table is redrawn only when the board changed since that page last drew it."""
-        state.refresh(min_age_seconds=refresh_seconds * 0.8)
-        jobs = queue_table()
-        if seen_version == state.version:
-            return (*[gr.skip()] * (4 + len(CATEGORICAL) + 2 + 1), jobs, seen_version)
-        return (
-            *render(search, *rest),
-            *filter_updates(),
-            *skipped_updates(),
-            gr.Dropdown(choices=stored_models()),
-            jobs,
-            state.version,
-        )
-
-    def reload(search, *rest):
-        state.refresh()
-        return (
-            *render(search, *rest),
-            *filter_updates(),
-            *skipped_updates(),
-            gr.Dropdown(choices=stored_models()),
-            state.version,
-        )
-
-    def csv_download(search, *rest):
-        query = _query(search, rest[: len(CATEGORICAL)], *rest[len(CATEGORICAL) :], 1)
-        frame = state.board.export(query)
-        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S")
-        target = state.downloads / f"knowgic-leaderboard-{stamp}.csv"
-        frame.to_csv(target, index=False)
-        return gr.File(value=str(target), visible=True)
-
-    # -- page load: permalinks ----------------------------------------------------------------------------
-    def on_load(
-        search: str,
-        models_: list[str],
-        editors: list[str],
-        protocols: list[str],
-        modes: list[str],
-        datasets: list[str],
-        sources: list[str],
-        sort: str,
-        order: str,
-        columns: list[str],
-        page: int,
-        request: gr.Request,
-    ):
-        params = dict(request.query_params) if request is not None else {}
-        version = state.version  # read before drawing: a change in between is redrawn by the next tick
-        table = render(
-            search, models_, editors, protocols, modes, datasets, sources, sort, order, columns, page
-        )
-        models = stored_models()
-        result = params.get("result")
-        a, b = params.get("a"), params.get("b")
-        tab = gr.Tabs()
-        model_choice: Any = gr.Dropdown(choices=models)
-        detail = [gr.skip()] * 11
-        compare_out = [gr.skip()] * 5
-        if result:
-            tab = gr.Tabs(selected="detail")
-            detail = [result, *show_detail(result)]
-        elif a and b:
-            tab = gr.Tabs(selected="compare")
-            row_a = state.board.by_id.get(a)
-            model = row_a.model if row_a else None
-            dropdown_a, dropdown_b = compare_choices(model, a, b)
-            model_choice = gr.Dropdown(choices=models, value=model)
-            compare_out = [dropdown_a, dropdown_b, *run_compare(a, b)]
-        return (*table, *filter_updates(), model_choice, tab, *detail, *compare_out, version)
-
-    def open_clicked(row_ids: list[str], evt: gr.SelectData):
-        index = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
-        if not row_ids or index is None or index >= len(row_ids):
-            return gr.skip(), gr.skip(), *[gr.skip()] * 10
-        row_id = row_ids[index]
-        return gr.Tabs(selected="detail"), row_id, *show_detail(row_id)
-
-    # -- layout -------------------------------------------------------------------------------------------
-    with gr.Blocks(title=title) as app:
-        gr.Markdown(
-            "# KnowGIC leaderboard\nDeep knowledge editing: IFR (Indirect Fact Recovery: how much of the "
-            "old fact stays deducible, lower is better), Preservation, Efficacy, Generalization, "
-            "Specificity and the deep-editing score (higher is better), each with its n and 95% interval. "
-            "Rows are *verified* (run by the runner and signed by a worker key this leaderboard trusts), "
-            "*local* (a results.json someone ran, or any unsigned entry) or *reported* "
-            "(published by the KnowGIC paper's authors). "
-            'Hover a value for its interval; hover "–" for why a metric is undefined.'
-        )
+    with gr.Blocks(title=title, fill_width=True) as app:
+        gr.Markdown(HEADER, elem_id="kg-header")
         with gr.Tabs(selected="board") as tabs:
-            with gr.Tab("Leaderboard", id="board"):
-                with gr.Row():
-                    search = gr.Textbox(
-                        label="Search",
-                        placeholder="model, editor, id, submitter…",
-                        scale=3,
-                        elem_id="kg-search",
-                    )
-                    sort = gr.Dropdown(sort_choices, value=DEFAULT_SORT, label="Sort by", elem_id="kg-sort")
-                    order = gr.Radio(
-                        ["descending", "ascending"], value="descending", label="Order", elem_id="kg-order"
-                    )
-                with gr.Row():
-                    filters = [
-                        gr.Dropdown(
-                            choices=state.board.choices(key),
-                            multiselect=True,
-                            label=label,
-                            elem_id=f"kg-filter-{key}",
-                        )
-                        for key, label in CATEGORICAL
-                    ]
-                columns = gr.CheckboxGroup(
-                    column_choices, value=list(DEFAULT_COLUMNS), label="Columns", elem_id="kg-columns"
-                )
-                with gr.Row():
-                    status = gr.Markdown(elem_id="kg-status")
-                    prev_page = gr.Button("◀ previous", size="sm", elem_id="kg-prev")
-                    page = gr.Number(
-                        value=1, precision=0, label="Page", minimum=1, elem_id="kg-page", scale=0
-                    )
-                    next_page = gr.Button("next ▶", size="sm", elem_id="kg-next")
-                table = gr.Dataframe(
-                    interactive=False,
-                    wrap=True,
-                    max_height=900,
-                    elem_id="kg-table",
-                    label=f"Results ({PAGE_SIZE} per page; click a row for its details)",
-                )
-                row_ids = gr.State([])
-                seen_version = gr.State(-1)  # the board version this page shows
-                with gr.Row():
-                    reload_button = gr.Button("Re-read the store now", size="sm", elem_id="kg-reload")
-                    csv_button = gr.Button("Download the filtered table as CSV", size="sm", elem_id="kg-csv")
-                    csv_file = gr.File(label="CSV", interactive=False, visible=False, elem_id="kg-csv-file")
-                with gr.Accordion(
-                    f"Skipped files ({len(state.board.skipped)})", open=False, elem_id="kg-skipped"
-                ) as skipped_box:
-                    gr.Markdown(
-                        "Files of the store that are not shown, and why (malformed, forged, unreadable)."
-                    )
-                    skipped = gr.Dataframe(
-                        skipped_frame(state.board.skipped, store.root),
-                        interactive=False,
-                        wrap=True,
-                        elem_id="kg-skipped-table",
-                    )
-            with gr.Tab("Plots", id="plots") as plots_tab:
-                plot_model = gr.Dropdown(label="Model", allow_custom_value=True, elem_id="kg-plot-model")
-                gr.Markdown("Points and lines follow the table's search and filters.")
-                tradeoff_plot = gr.Plot(label="IFR against Preservation", elem_id="kg-tradeoff")
-                length_plot = gr.Plot(label="IFR by chain length", elem_id="kg-lengths")
-            with gr.Tab("Result", id="detail"):
-                with gr.Row():
-                    detail_id = gr.Textbox(label="Result id", scale=4, elem_id="kg-detail-id")
-                    detail_open = gr.Button("Open", scale=0, elem_id="kg-detail-open")
-                detail_header = gr.HTML(elem_id="kg-detail-header")
-                detail_metrics = gr.Dataframe(
-                    label="Metrics", interactive=False, wrap=True, elem_id="kg-detail-metrics"
-                )
-                detail_download = gr.File(
-                    label="results.json (and the submission archive of a verified run)",
-                    file_count="multiple",
-                    interactive=False,
-                    elem_id="kg-detail-download",
-                )
-                heatmap = gr.Plot(label="Per-edit metrics", elem_id="kg-heatmap")
-                per_edit = gr.Dataframe(label="Per edit", interactive=False, wrap=True, elem_id="kg-per-edit")
-                edit_choice = gr.Dropdown(
-                    label="Chains of edit", allow_custom_value=True, elem_id="kg-edit-choice"
-                )
-                chains = gr.Dataframe(
-                    label="Chains (r before and after the edit)",
-                    interactive=False,
-                    wrap=True,
-                    elem_id="kg-chains",
-                )
-                with gr.Accordion("Configuration and hyper-parameters", open=False):
-                    config_json = gr.JSON(label="config", elem_id="kg-config")
-                with gr.Accordion("Provenance", open=False):
-                    provenance_json = gr.JSON(label="provenance", elem_id="kg-provenance")
-                with gr.Accordion("Environment", open=False):
-                    environment_json = gr.JSON(label="environment", elem_id="kg-environment")
-            with gr.Tab("Compare", id="compare"):
-                gr.Markdown(
-                    "Two results of one model, side by side: B − A per metric, with a paired bootstrap interval."
-                )
-                with gr.Row():
-                    compare_model = gr.Dropdown(
-                        label="Model", allow_custom_value=True, elem_id="kg-compare-model"
-                    )
-                    compare_a = gr.Dropdown(label="A", allow_custom_value=True, elem_id="kg-compare-a")
-                    compare_b = gr.Dropdown(label="B", allow_custom_value=True, elem_id="kg-compare-b")
-                compare_button = gr.Button("Compare", elem_id="kg-compare-button")
-                compare_message = gr.Textbox(
-                    label="Comparison", lines=3, interactive=False, elem_id="kg-compare-message"
-                )
-                compare_metrics = gr.Dataframe(
-                    label="Metric by metric", interactive=False, wrap=True, elem_id="kg-compare-metrics"
-                )
-                compare_edits = gr.Dataframe(
-                    label="Edit by edit", interactive=False, wrap=True, elem_id="kg-compare-edits"
-                )
-            with gr.Tab("Submit", id="submit"):
-                gr.Markdown(
-                    "Upload a submission archive (.tar.gz or .zip with `submission.yaml` at its root): it is "
-                    "checked as `knowgic runner submit` checks it (schema, size, safe archive) and its jobs "
-                    f"are queued. Uploads are limited to {upload_limit_bytes // (1024 * 1024)} MiB."
-                )
-                upload = gr.File(
-                    label="Submission archive", file_types=[".gz", ".tgz", ".zip"], elem_id="kg-upload"
-                )
-                submit_button = gr.Button("Validate and queue", variant="primary", elem_id="kg-submit")
-                submit_message = gr.Textbox(
-                    label="Result", lines=4, interactive=False, elem_id="kg-submit-message"
-                )
-            with gr.Tab("Queue", id="queue"):
-                queue_refresh = gr.Button("Refresh", size="sm", elem_id="kg-queue-refresh")
-                queue_view = gr.Dataframe(
-                    queue_table(),
-                    interactive=False,
-                    wrap=True,
-                    column_widths=["13%", "10%", "9%", "6%", "8%", "6%", "5%", "12%", "17%", "7%", "7%"],
-                    elem_id="kg-queue",
-                )
+            board.build()
+            plot_tab.build()
+            detail.build()
+            compare.build()
+            queue.build()
+            with gr.Tab("About", id="about"):
+                gr.Markdown(about_markdown(), elem_id="kg-about")
+        seen_version = gr.State(-1)  # the board version this page shows
         timer = gr.Timer(refresh_seconds)
+        for piece in (board, plot_tab, detail, compare, queue):
+            piece.wire()
 
-        table_inputs = [search, *filters, sort, order, columns, page]
-        table_outputs = [table, status, page, row_ids]
-        for control in (*filters, sort, order, columns):
-            control.change(
-                render_first_page, table_inputs, table_outputs, api_name=False, show_progress="hidden"
-            )
-        search.change(
-            render_first_page,
-            table_inputs,
-            table_outputs,
-            api_name=False,
-            show_progress="hidden",
-            trigger_mode="always_last",
+        def redraw(values: Mapping[Any, Any]) -> dict[Any, Any]:
+            """Everything that follows the store, for a page whose controls hold ``values``."""
+            drawn = dict(zip(board.outputs, board.render(*(values[c] for c in board.inputs)), strict=True))
+            drawn.update(board.refresh_updates())
+            drawn[compare.model] = gr.Dropdown(choices=compare.stored_models())
+            return drawn
+
+        def tick(values: dict[Any, Any]) -> dict[Any, Any]:
+            """A page's timer: its tables are redrawn only when the board changed since the page drew them."""
+            state.refresh(min_age_seconds=refresh_seconds * 0.8)
+            updates: dict[Any, Any] = dict(zip(queue.outputs, queue.jobs(), strict=True))
+            # -1: the page's first draw (on_load) has not come back yet; drawing here could land after a
+            # person's first choice and be overwritten by it, or overwrite it.
+            if values[seen_version] != -1 and values[seen_version] != state.version:
+                updates.update(redraw(values))
+                updates[seen_version] = state.version
+            return updates
+
+        def reload(*values: Any) -> dict[Any, Any]:
+            state.refresh()
+            return {**redraw(dict(zip(board.inputs, values, strict=True))), seen_version: state.version}
+
+        def on_load(values: dict[Any, Any], request: gr.Request) -> dict[Any, Any]:
+            """The first draw, and the permalinks: ?result=ID (a run's page), ?a=ID&b=ID (a comparison),
+            ?model=NAME (that model's ranking)."""
+            params = dict(request.query_params) if request is not None else {}
+            version = state.version  # read before drawing: a change in between is redrawn by the next tick
+            model = params.get("model")
+            if model in state.board.models():
+                values = {**values, board.model: model}
+            updates = {**redraw(values), seen_version: version}
+            updates.update(zip(queue.outputs, queue.jobs(), strict=True))
+            if model in state.board.models():
+                updates[board.model] = gr.Dropdown(choices=board.model_choices(), value=model)
+            result, a, b = params.get("result"), params.get("a"), params.get("b")
+            if result:
+                updates[tabs] = gr.Tabs(selected="detail")
+                updates[detail.row_id] = result
+                updates.update(zip(detail.outputs, detail.show(result), strict=True))
+            elif a and b:
+                updates[tabs] = gr.Tabs(selected="compare")
+                row_a = state.board.by_id.get(a)
+                updates[compare.model] = gr.Dropdown(
+                    choices=compare.stored_models(), value=row_a.model if row_a else None
+                )
+                updates[compare.a], updates[compare.b] = compare.choices(row_a.model if row_a else None, a, b)
+                updates.update(zip(compare.outputs, compare.run(a, b), strict=True))
+            return updates
+
+        def open_clicked(row_ids: list[str], evt: gr.SelectData) -> dict[Any, Any]:
+            index = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+            if not row_ids or index is None or index >= len(row_ids):
+                return {}
+            row_id = row_ids[index]
+            return {
+                tabs: gr.Tabs(selected="detail"),
+                detail.row_id: row_id,
+                **dict(zip(detail.outputs, detail.show(row_id), strict=True)),
+            }
+
+        followed = [*board.outputs, *board.refreshed, compare.model, seen_version]
+        board.reload_button.click(reload, board.inputs, followed, api_name="reload", show_progress="hidden")
+        board.table.select(
+            open_clicked, board.row_ids, [tabs, detail.row_id, *detail.outputs], api_name=False
         )
-        page.submit(render, table_inputs, table_outputs, api_name="table", show_progress="hidden")
-
-        def step(delta: int):
-            def go(search, *rest):
-                return render(search, *rest[:-1], int(rest[-1] or 1) + delta)
-
-            return go
-
-        prev_page.click(step(-1), table_inputs, table_outputs, api_name=False, show_progress="hidden")
-        next_page.click(step(+1), table_inputs, table_outputs, api_name=False, show_progress="hidden")
-        csv_button.click(csv_download, table_inputs[:-1], csv_file, api_name="csv")
-        reload_button.click(
-            reload,
-            table_inputs,
-            [*table_outputs, *filters, skipped_box, skipped, compare_model, seen_version],
-            api_name="reload",
-            show_progress="hidden",
-        )
-
-        detail_outputs = [
-            detail_header,
-            detail_metrics,
-            heatmap,
-            per_edit,
-            edit_choice,
-            chains,
-            config_json,
-            provenance_json,
-            environment_json,
-            detail_download,
-        ]
-        detail_open.click(show_detail, detail_id, detail_outputs, api_name="detail")
-        detail_id.submit(show_detail, detail_id, detail_outputs, api_name=False)
-        edit_choice.change(show_chains, [detail_id, edit_choice], chains, api_name="chains")
-        table.select(open_clicked, row_ids, [tabs, detail_id, *detail_outputs], api_name=False)
-
-        def plot(model, search, *rest):
-            query = _query(search, rest[: len(CATEGORICAL)], *rest[len(CATEGORICAL) :], 1)
-            frame = state.board.select(query)
-            models = sorted(frame["model"].unique().tolist()) if not frame.empty else []
-            if model not in models:  # first the model with the most runs shown (stored before reported)
-                counts = frame.groupby("model")["source"].agg(lambda s: ((s != "reported").sum(), len(s)))
-                model = max(models, key=lambda m: (*counts[m], -models.index(m))) if models else None
-            return (
-                gr.Dropdown(choices=models, value=model),
-                plots.tradeoff_figure(frame, model),
-                plots.length_figure(frame, model),
-            )
-
-        plot_inputs = [plot_model, *table_inputs[:-1]]
-        plot_outputs = [plot_model, tradeoff_plot, length_plot]
-        plot_model.input(plot, plot_inputs, plot_outputs, api_name="plots")
-
-        compare_model.input(compare_choices, compare_model, [compare_a, compare_b], api_name=False)
-        compare_button.click(
-            run_compare,
-            [compare_a, compare_b],
-            [compare_message, compare_metrics, compare_edits],
-            api_name="compare",
-        )
-
-        submit_button.click(do_submit, upload, submit_message, api_name="submit").then(
-            queue_table, None, queue_view, api_name=False
-        )
-        queue_refresh.click(queue_table, None, queue_view, api_name="queue")
-
         timer.tick(
             tick,
-            [seen_version, *table_inputs],
-            [*table_outputs, *filters, skipped_box, skipped, compare_model, queue_view, seen_version],
+            {seen_version, *board.inputs},
+            [*followed, *queue.outputs],
             api_name=False,
             show_progress="hidden",
         )
         app.load(
             on_load,
-            table_inputs,
+            set(board.inputs),
             [
-                *table_outputs,
-                *filters,
-                compare_model,
+                *followed,
+                *queue.outputs,
                 tabs,
-                detail_id,
-                *detail_outputs,
-                compare_a,
-                compare_b,
-                compare_message,
-                compare_metrics,
-                compare_edits,
-                seen_version,
+                detail.row_id,
+                *detail.outputs,
+                compare.a,
+                compare.b,
+                *compare.outputs,
             ],
             api_name=False,
             show_progress="hidden",
         )
-        # The plots are drawn when their tab opens: a large board costs nothing for them until then.
-        plots_tab.select(plot, plot_inputs, plot_outputs, api_name=False)
     app.leaderboard_state = state  # type: ignore[attr-defined]
     app.upload_limit_bytes = upload_limit_bytes  # type: ignore[attr-defined]
     return app
@@ -791,13 +974,12 @@ def launch_app(
     )
 
 
-def main() -> int:
-    """Entry point of a Hugging Face Space (``python leaderboard/app.py [OPTIONS]``): ``knowgic leaderboard``
-    itself, so the store, the queue and the one-line errors are the command's (leaderboard/commands.py)."""
-    from knowgic.cli import main as cli_main
-
-    return cli_main(["leaderboard", *sys.argv[1:]])
+def main() -> None:
+    """Entry point of a Hugging Face Space (``python leaderboard/app.py``): serve the configured store."""
+    store = resolve_store(None)
+    app = build_app(store, queue_url=os.environ.get(QUEUE_URL_ENV) or None)
+    launch_app(app, host=os.environ.get("GRADIO_SERVER_NAME"), port=None)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

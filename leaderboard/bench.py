@@ -5,15 +5,18 @@ to a varied model and editor, re-hashed, so every file is a valid, hash-checked 
 verifies every copy once the way the app does (in parallel; the store remembers what it verified), serves
 both stores, and measures in one headless Chromium (Debian's ``/usr/bin/chromium``):
 
-- page load: from navigation until the table shows its rows and the row count;
-- filter: from picking an editor in the Editor filter until the table shows the filtered rows.
+- page load: from navigation until the ranking shows its rows and the row count (the model with the most
+  runs: 100 at 10,000 results, each ranked by the paired comparison);
+- filter: from picking an editor in the Editor filter (under "Advanced") until the table shows the filtered
+  rows.
 
 Each is the median of ``--repeats`` fresh page loads (a new browser context each, so no cached assets),
 printed in seconds and as the ratio large / small. The target is a ratio of at most 3.
 
 ``python -m leaderboard.bench --cold`` measures a cold start instead: a store of ``--count`` results that
 this reader never verified (an empty verification cache), from ``build_app`` until the first answer of the
-page and of the table API, and how many rows background verification has shown ``--watch`` seconds later.
+page and of the table API, then until background verification has shown every row; and, for reference, how
+long verifying the whole store takes before answering (what a reader without background verification waits).
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import copy
 import datetime as _dt
 import json
 import multiprocessing
-import shutil
 import statistics
 import sys
 import tempfile
@@ -143,7 +145,8 @@ _READY = """p => {
 
 
 def measure(browser: Any, url: str, editor: str, expected_total: int) -> Timing:
-    """One fresh page: load until the rows show; then filter by ``editor`` until the filtered rows show."""
+    """One fresh page: load until the ranking (``expected_total`` runs of the model with the most runs)
+    shows; then open the advanced controls and filter by ``editor`` until the filtered rows show."""
     context = browser.new_context(viewport={"width": 1500, "height": 1200})
     page = context.new_page()
     page.set_default_timeout(120_000)
@@ -152,6 +155,7 @@ def measure(browser: Any, url: str, editor: str, expected_total: int) -> Timing:
         page.goto(url)
         page.wait_for_function(_READY, arg=f"(^|\\n){expected_total} result")
         load = time.perf_counter() - start
+        page.locator("#kg-advanced").get_by_text("Advanced").first.click()
         page.locator("#kg-filter-editor input").first.click()
         option = page.locator(f"#kg-filter-editor [role=option][aria-label={json.dumps(editor)}]")
         option.wait_for()
@@ -188,18 +192,17 @@ def run(
             file=sys.stderr,
         )
     editor = bench_copy(bases[0], 0, baseline)["config"]["editor"]
+    shown = {name: _default_model_runs(size) for name, size in sizes.items()}
     timings: dict[str, list[Timing]] = {name: [] for name in sizes}
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
             try:
                 for name in sizes:  # a warm-up page each: the server's first request compiles and caches
-                    measure(browser, urls[name], editor, sizes[name] + _reported_rows())
+                    measure(browser, urls[name], editor, shown[name])
                 for _ in tqdm(range(repeats), desc="measuring", leave=False):
                     for name in sizes:
-                        timings[name].append(
-                            measure(browser, urls[name], editor, sizes[name] + _reported_rows())
-                        )
+                        timings[name].append(measure(browser, urls[name], editor, shown[name]))
             finally:
                 browser.close()
     finally:
@@ -215,18 +218,23 @@ def run(
     return summary
 
 
-def _first_answers(root: Path, cache: Path, count: int, watch_seconds: float) -> dict[str, Any]:
-    """Serve ``root`` with an empty verification cache: seconds from ``build_app`` to the first answer of
-    the page and of the table API, and the rows shown ``watch_seconds`` later (or when all are verified)."""
+def _default_model_runs(count: int) -> int:
+    """Runs of the model the page ranks first (the one with the most runs) in a store of ``count`` copies."""
+    models = max(1, count // RESULTS_PER_MODEL)
+    return len(range(0, count, models))  # copy i goes to model i % models: model 0 has the most
+
+
+def cold_start(count: int, workdir: Path, given: Sequence[Path]) -> dict[str, Any]:
+    """Seconds from ``build_app`` on a never-verified store of ``count`` results to the first answers."""
     import urllib.request
 
     from gradio_client import Client
 
     from leaderboard.app import build_app, launch_app
 
-    shutil.rmtree(cache, ignore_errors=True)
+    store = fill_store(workdir / f"store-cold-{count}", real_runs(workdir / "runs", given), count)
     started = time.perf_counter()
-    app = build_app(root, verified_cache=cache, include_reported=False)
+    app = build_app(store.root, verified_cache=workdir / "cache-cold", include_reported=False)
     _, url, _ = launch_app(app, host="127.0.0.1", block=False, quiet=True)
     try:
         with urllib.request.urlopen(url, timeout=600) as response:
@@ -234,55 +242,32 @@ def _first_answers(root: Path, cache: Path, count: int, watch_seconds: float) ->
         page_seconds = time.perf_counter() - started
         client = Client(url, verbose=False)
         result = client.predict(
-            "", [], [], [], [], [], [], "deep_editing_score", "descending", [], 1, api_name="/table"
+            "", "", [], [], [], [], [], "deep_editing_score", "descending", [], 1, api_name="/table"
         )
         table_seconds = time.perf_counter() - started
-        first_status = " ".join(str(result[1]).replace("*", "").split())
+        first_status = str(result[1]).replace("\n", " ").replace("*", "")
         state = app.leaderboard_state  # type: ignore[attr-defined]
-        watch_until = time.perf_counter() + watch_seconds
-        while state.progress is not None and time.perf_counter() < watch_until:
+        while state.progress is not None:
             time.sleep(0.1)
-        watched_seconds = time.perf_counter() - started
-        progress = state.progress
+        all_seconds = time.perf_counter() - started
+        shown = len(state.board.rows)
     finally:
-        app.leaderboard_state.close(timeout=60)  # type: ignore[attr-defined]
         with contextlib.redirect_stdout(sys.stderr):
             app.close()
+    # The reference: verify every file before answering (a fresh cache, so nothing is remembered).
+    started = time.perf_counter()
+    scan = ResultsStore(store.root, verified_cache=workdir / "cache-sync").scan()
+    sync_seconds = time.perf_counter() - started
     return {
+        "count": count,
         "page_seconds": page_seconds,
         "table_seconds": table_seconds,
         "first_status": first_status,
-        "watched_seconds": watched_seconds,
-        "verified": count if progress is None else progress[0],
-        "rows_shown": len(state.board.rows),
-        "finished": progress is None,
+        "all_verified_seconds": all_seconds,
+        "rows_shown": shown,
+        "verify_first_seconds": sync_seconds,
+        "verified_by_scan": len(scan.entries),
     }
-
-
-def cold_start(count: int, workdir: Path, given: Sequence[Path], watch_seconds: float) -> dict[str, Any]:
-    """First answers of a never-verified store of ``count`` results, against an empty store's (the same
-    server, nothing to read): the ratio says how much the store's size delays the first answer."""
-    root = workdir / f"store-cold-{count}"
-    if root.is_dir() and len(list((root / "entries").iterdir())) == count:
-        store = ResultsStore(root)  # filled by an earlier run in this --workdir; the cache is emptied
-    else:
-        store = fill_store(root, real_runs(workdir / "runs", given), count)
-    empty = ResultsStore(workdir / "store-empty")
-    empty.entries_dir.mkdir(parents=True, exist_ok=True)
-    baseline = _first_answers(empty.root, workdir / "cache-empty", 0, 0.0)
-    large = _first_answers(store.root, workdir / "cache-cold", count, watch_seconds)
-    return {
-        "count": count,
-        **large,
-        "empty_page_seconds": baseline["page_seconds"],
-        "empty_table_seconds": baseline["table_seconds"],
-    }
-
-
-def _reported_rows() -> int:
-    from leaderboard.table import reported_rows
-
-    return len(reported_rows())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -320,13 +305,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="measure the time to first response of a never-verified store of COUNT results instead "
         "(try --count 2000)",
     )
-    parser.add_argument(
-        "--watch",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="with --cold: how long to follow background verification after the first answer (default: 60)",
-    )
     args = parser.parse_args(argv)
     for option in ("count", "baseline", "repeats", "workers"):
         if getattr(args, option) < 1:
@@ -335,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def measure_in(workdir: Path) -> dict[str, Any]:
         if args.cold:
-            return cold_start(args.count, workdir, args.results, args.watch)
+            return cold_start(args.count, workdir, args.results)
         return run(args.count, args.baseline, args.repeats, workdir, args.results, args.workers)
 
     try:
@@ -352,17 +330,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     if args.cold:
-        count = summary["count"]
-        print(f"{'first answer (s)':<22}{'empty store':>14}{f'{count} results, cold':>22}{'ratio':>8}")
-        for what in ("page", "table"):
-            empty, large = summary[f"empty_{what}_seconds"], summary[f"{what}_seconds"]
-            print(f"{what:<22}{empty:>14.2f}{large:>22.2f}{large / empty:>8.2f}")
-        print(f"first table status: {summary['first_status']}")
-        state = "all verified" if summary["finished"] else "still verifying"
+        print(f"cold store of {summary['count']} results (nothing verified before):")
+        print(f"  first page answer:          {summary['page_seconds']:8.2f} s")
+        print(f"  first table answer:         {summary['table_seconds']:8.2f} s  ({summary['first_status']})")
         print(
-            f"after {summary['watched_seconds']:.1f} s: {summary['verified']} of {count} results verified, "
-            f"{summary['rows_shown']} rows shown ({state})"
+            f"  every row verified, shown:  {summary['all_verified_seconds']:8.2f} s  ({summary['rows_shown']} rows)"
         )
+        print(f"  verifying all before answering (reference): {summary['verify_first_seconds']:.2f} s")
+        ratio = summary["verify_first_seconds"] / summary["table_seconds"]
+        print(f"  first answer is {ratio:.0f}x sooner than verifying everything first")
         return 0
     print(f"{'':<12}{args.baseline:>10} results{args.count:>10} results{'ratio':>10}")
     for what in ("load", "filter"):

@@ -5,6 +5,8 @@ Hover texts carry only names and numbers; plotly renders them as text (markup in
 
 from __future__ import annotations
 
+import colorsys
+import hashlib
 import html
 import math
 from collections.abc import Mapping, Sequence
@@ -12,18 +14,18 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.colors import qualitative
 
-from leaderboard.table import CHAIN_LENGTHS
+from leaderboard.table import CHAIN_LENGTHS, METRIC_COLUMNS, PER_EDIT_METRICS, method_links
 
-PER_EDIT_METRICS: tuple[tuple[str, str], ...] = (
-    ("ifr", "IFR"),
-    ("preservation", "Preservation"),
-    ("efficacy", "Efficacy"),
-    ("generalization", "Generalization"),
-    ("specificity", "Specificity"),
-)
 _SYMBOLS = {"verified": "circle", "local": "diamond", "reported": "square"}
+UNDEFINED_GREY = "#bdbdbd"
+# Legends sit under the plot, across it: beside it they take the width a phone does not have.
+_LAYOUT: dict[str, Any] = {
+    "autosize": True,
+    "margin": {"l": 56, "r": 16, "t": 48, "b": 8},
+    "legend": {"orientation": "h", "yanchor": "top", "y": -0.16, "xanchor": "left", "x": 0},
+    "title": {"font": {"size": 14}},
+}
 
 
 def _plain(value: Any) -> str:
@@ -31,9 +33,32 @@ def _plain(value: Any) -> str:
     return html.escape(str(value), quote=False)
 
 
-def _colours(editors: Sequence[str]) -> dict[str, str]:
-    palette = qualitative.Plotly + qualitative.D3 + qualitative.Set2
-    return {editor: palette[i % len(palette)] for i, editor in enumerate(sorted(set(editors)))}
+def editor_colour(editor: str) -> str:
+    """The editor's colour in every plot: declared for the built-ins (leaderboard/data/methods.yaml), else
+    derived from a hash of its name, so it never changes when other editors join."""
+    declared = method_links().get(editor, {}).get("colour")
+    if declared:
+        return declared
+    digest = hashlib.sha256(editor.encode("utf-8")).digest()
+    hue = int.from_bytes(digest[:2], "big") / 65536
+    lightness = 0.38 + 0.14 * digest[2] / 255
+    red, green, blue = colorsys.hls_to_rgb(hue, lightness, 0.65)
+    return f"#{round(red * 255):02x}{round(green * 255):02x}{round(blue * 255):02x}"
+
+
+def _error(values: Sequence[Any], lows: Sequence[Any], highs: Sequence[Any]) -> dict[str, Any] | None:
+    """Plotly error bars from each point's interval; none where a point has no interval."""
+
+    def gap(a: Any, b: Any) -> float | None:
+        if a is None or b is None or pd.isna(a) or pd.isna(b):
+            return None
+        return max(0.0, float(a) - float(b))
+
+    plus = [gap(h, v) for v, h in zip(values, highs, strict=True)]
+    minus = [gap(v, lo) for v, lo in zip(values, lows, strict=True)]
+    if all(p is None for p in plus):
+        return None
+    return {"type": "data", "array": plus, "arrayminus": minus, "thickness": 1.2, "width": 3}
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -55,7 +80,7 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[tuple[float, flo
 def _empty(message: str) -> go.Figure:
     figure = go.Figure()
     figure.add_annotation(text=_plain(message), showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
-    figure.update_layout(xaxis_visible=False, yaxis_visible=False, height=420)
+    figure.update_layout(xaxis_visible=False, yaxis_visible=False, height=320)
     return figure
 
 
@@ -67,17 +92,22 @@ def tradeoff_figure(frame: pd.DataFrame, model: str) -> go.Figure:
     rows = frame[(frame["model"] == model) & frame["ifr"].notna() & frame["preservation"].notna()]
     if rows.empty:
         return _empty(f"no result of {model} has both IFR and Preservation")
-    colours = _colours(rows["editor"].tolist())
     figure = go.Figure()
     for (editor, source), group in rows.groupby(["editor", "source"], sort=True):
         figure.add_trace(
             go.Scatter(
                 x=group["ifr"].tolist(),
                 y=group["preservation"].tolist(),
+                error_x=_error(group["ifr"].tolist(), group["ifr_low"].tolist(), group["ifr_high"].tolist()),
+                error_y=_error(
+                    group["preservation"].tolist(),
+                    group["preservation_low"].tolist(),
+                    group["preservation_high"].tolist(),
+                ),
                 mode="markers",
                 name=_plain(f"{editor} ({source})"),
                 legendgroup=_plain(editor),
-                marker={"color": colours[editor], "symbol": _SYMBOLS.get(source, "circle"), "size": 11},
+                marker={"color": editor_colour(editor), "symbol": _SYMBOLS.get(source, "circle"), "size": 11},
                 text=[
                     _plain(f"{r.editor} · {r.protocol} · {r.mode} · {r.row_id}") for r in group.itertuples()
                 ],
@@ -96,11 +126,11 @@ def tradeoff_figure(frame: pd.DataFrame, model: str) -> go.Figure:
         )
     )
     figure.update_layout(
-        title=_plain(f"{model}: IFR (lower is better) against Preservation (higher is better)"),
-        xaxis={"title": "IFR", "range": [-0.02, 1.02]},
-        yaxis={"title": "Preservation", "range": [-0.02, 1.02]},
-        height=480,
-        legend_title="editor (source)",
+        _LAYOUT,
+        title_text=_plain(f"{model}: IFR against Preservation"),
+        xaxis={"title": f"{_axis('ifr')} (bars: 95% interval)", "range": [-0.02, 1.02]},
+        yaxis={"title": _axis("preservation"), "range": [-0.02, 1.02]},
+        height=520,
     )
     return figure
 
@@ -114,7 +144,6 @@ def length_figure(frame: pd.DataFrame, model: str) -> go.Figure:
     rows = frame[(frame["model"] == model) & frame[columns].notna().any(axis=1)]
     if rows.empty:
         return _empty(f"no result of {model} has IFR by chain length")
-    colours = _colours(rows["editor"].tolist())
     figure = go.Figure()
     ordered = rows.sort_values(["deep_editing_score", "ifr"], ascending=[False, True], na_position="last")
     for (editor, source), group in ordered.groupby(["editor", "source"], sort=True):
@@ -123,44 +152,96 @@ def length_figure(frame: pd.DataFrame, model: str) -> go.Figure:
             go.Scatter(
                 x=list(CHAIN_LENGTHS),
                 y=[None if pd.isna(best[c]) else float(best[c]) for c in columns],
+                error_y=_error(
+                    [best[c] for c in columns],
+                    [best[f"{c}_low"] for c in columns],
+                    [best[f"{c}_high"] for c in columns],
+                ),
                 mode="lines+markers",
                 name=_plain(f"{editor} ({source})"),
-                line={"color": colours[editor], "dash": "dot" if source == "reported" else "solid"},
+                line={"color": editor_colour(editor), "dash": "dot" if source == "reported" else "solid"},
+                marker={"color": editor_colour(editor)},
                 text=[_plain(best["row_id"])] * len(CHAIN_LENGTHS),
                 hovertemplate="%{text}<br>length %{x}: IFR %{y:.3f}<extra></extra>",
             )
         )
     figure.update_layout(
-        title=_plain(f"{model}: IFR by chain length"),
+        _LAYOUT,
+        title_text=_plain(f"{model}: IFR by chain length"),
         xaxis={"title": "chain length n", "dtick": 1},
-        yaxis_title="IFR",
+        yaxis_title=_axis("ifr"),
         height=480,
-        legend_title="editor (source)",
     )
     return figure
 
 
+def _axis(key: str) -> str:
+    column = METRIC_COLUMNS[key]
+    return f"{column.label} ({'lower' if column.lower_is_better else 'higher'} is better)"
+
+
+# One colour means good in every column: red (worse) to blue (better), on each metric's own direction.
+GOODNESS_SCALE = [[0.0, "#b2182b"], [0.5, "#f7f7f7"], [1.0, "#2166ac"]]
+
+
 def heatmap_figure(per_edit: Sequence[Mapping[str, Any]], title: str) -> go.Figure:
-    """Edit x metric: each edit's IFR, Preservation, Efficacy, Generalization, Specificity; blank where
-    undefined for that edit."""
+    """Edit x metric, coloured by how good each value is (1 − IFR for IFR, the value for the others, by
+    each metric's declared direction), the value itself written and on hover; grey where undefined."""
     if not per_edit:
         return _empty("this result has no per-edit records")
     labels = [
         _plain(f"{r['edit_id']} · {r.get('subject', '')} → {r.get('target_new', '')}") for r in per_edit
     ]
-    z = [[r.get(key) for key, _ in PER_EDIT_METRICS] for r in per_edit]
+    columns = [METRIC_COLUMNS[key] for key in PER_EDIT_METRICS]
+
+    def good(value: Any, lower: bool) -> float | None:
+        if value is None:
+            return None
+        return 1.0 - float(value) if lower else float(value)
+
+    values = [[r.get(c.key) for c in columns] for r in per_edit]
+    z = [[good(v, c.lower_is_better) for v, c in zip(line, columns, strict=True)] for line in values]
+    shown = [["–" if v is None else f"{v:.2f}" for v in line] for line in values]
     figure = go.Figure(
         go.Heatmap(
             z=z,
-            x=[label for _, label in PER_EDIT_METRICS],
+            x=[f"{c.label} {'↓' if c.lower_is_better else '↑'}" for c in columns],
             y=labels,
             zmin=0.0,
             zmax=1.0,
-            colorscale="Viridis",
-            hovertemplate="%{y}<br>%{x}: %{z:.3f}<extra></extra>",
+            colorscale=GOODNESS_SCALE,
+            text=shown,
+            texttemplate="%{text}",
+            customdata=shown,
+            hovertemplate="%{y}<br>%{x}: %{customdata}<extra></extra>",
+            colorbar={
+                "title": {"text": "", "side": "right"},
+                "tickvals": [0.0, 1.0],
+                "ticktext": ["worse", "better"],
+                "thickness": 12,
+                "len": 0.8,
+            },
+            xgap=1,
+            ygap=1,
         )
     )
+    figure.add_annotation(
+        text="grey: undefined for this edit (its reason is in the per-edit table); ↓ lower is better, ↑ higher",
+        showarrow=False,
+        xref="paper",
+        yref="paper",
+        x=0,
+        y=1.0,
+        yanchor="bottom",
+        xanchor="left",
+        font={"size": 11},
+    )
     figure.update_layout(
-        title=_plain(title), height=max(320, 40 + 28 * len(per_edit)), yaxis={"autorange": "reversed"}
+        title={"text": _plain(title), "font": {"size": 14}, "y": 0.99, "yanchor": "top"},
+        height=max(340, 110 + 26 * len(per_edit)),
+        margin={"l": 8, "r": 8, "t": 64, "b": 8},
+        plot_bgcolor=UNDEFINED_GREY,
+        yaxis={"autorange": "reversed", "automargin": True},
+        xaxis={"side": "bottom", "automargin": True},
     )
     return figure

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import html
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,25 +22,83 @@ from urllib.parse import quote
 
 import pandas as pd
 
+from knowgic.evaluation.results import content_sha256
+from knowgic.evaluation.spec import MetricSpec, load_evaluation_spec
+from knowgic.uncertainty import FEW_EDITS_MARK
 from knowgic.yamlfile import read_yaml
-from runner.store import SkippedFile, StoreEntry, StoreScan
+from runner.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
 
 DATA_DIR = Path(__file__).parent / "data"
 REPORTED_DIR = DATA_DIR / "reported"
 
-# (key in results.json "metrics", column header)
-METRICS: tuple[tuple[str, str], ...] = (
-    ("ifr", "IFR"),
-    ("preservation", "Preservation"),
-    ("efficacy", "Efficacy"),
-    ("generalization", "Generalization"),
-    ("specificity", "Specificity"),
-    ("deep_editing_score", "Deep-editing score"),
+_SPEC = load_evaluation_spec()
+_SPEC_METRICS = _SPEC.metrics
+RANK_METRIC = "deep_editing_score"
+# Every column comes from the metric declarations in spec/benchmark.yaml: the headline metrics are the
+# table's metric columns, and the compact default view shows the deep-editing score and the metrics it
+# summarises (its ``of``); IFR by chain length (``parts``) is a column group to switch on.
+_TABLE_METRICS: tuple[str, ...] = tuple(name for name, m in _SPEC_METRICS.items() if m.headline)
+HEADLINE: tuple[str, ...] = (*_SPEC_METRICS[RANK_METRIC].of, RANK_METRIC)
+CHAIN_LENGTHS: tuple[int, ...] = tuple(int(part) for part in _SPEC_METRICS["ifr_by_length"].parts)
+
+
+@dataclass(frozen=True)
+class MetricColumn:
+    """A metric column of the table, as declared in the spec."""
+
+    key: str  # column key: the results.json metric name, or ifr_len_<n> for IFR by chain length
+    path: str  # its path in results.json's "metrics" (ifr_by_length.<n> for a length)
+    label: str
+    direction: str  # "lower" or "higher" is better
+    description: str
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.direction == "lower"
+
+
+def _declared(name: str, part: str = "") -> MetricColumn:
+    spec = _SPEC_METRICS[name]
+    if not part:
+        return MetricColumn(name, name, spec.label, spec.direction, spec.description)
+    # A part's column header: the short header and the part ("IFR n=" + "2").
+    return MetricColumn(
+        f"ifr_len_{part}", f"{name}.{part}", f"{spec.short}{part}", spec.direction, spec.description
+    )
+
+
+METRIC_COLUMNS: dict[str, MetricColumn] = {
+    **{name: _declared(name) for name in _TABLE_METRICS},
+    **{f"ifr_len_{n}": _declared("ifr_by_length", str(n)) for n in CHAIN_LENGTHS},
+}
+METRICS: tuple[tuple[str, str], ...] = tuple((k, METRIC_COLUMNS[k].label) for k in _TABLE_METRICS)
+# The table metrics that every per-edit record carries too (a composite is a run's summary only).
+PER_EDIT_METRICS: tuple[str, ...] = tuple(k for k in _TABLE_METRICS if _SPEC_METRICS[k].kind != "composite")
+LENGTH_METRICS: tuple[tuple[str, str], ...] = tuple(
+    (f"ifr_len_{n}", METRIC_COLUMNS[f"ifr_len_{n}"].label) for n in CHAIN_LENGTHS
 )
-CHAIN_LENGTHS = (1, 2, 3, 4, 5)
-LENGTH_METRICS: tuple[tuple[str, str], ...] = tuple((f"ifr_len_{n}", f"IFR n={n}") for n in CHAIN_LENGTHS)
 ALL_METRICS = METRICS + LENGTH_METRICS
-LOWER_IS_BETTER = frozenset({"ifr", *(key for key, _ in LENGTH_METRICS)})
+LOWER_IS_BETTER = frozenset(k for k, column in METRIC_COLUMNS.items() if column.lower_is_better)
+
+
+def metric_label(path: str) -> str:
+    """A metric's label by its path in results.json (``ifr_by_length.2`` -> "IFR n=2"), from the spec."""
+    head, _, part = path.partition(".")
+    if part and head == "ifr_by_length" and f"ifr_len_{part}" in METRIC_COLUMNS:
+        return METRIC_COLUMNS[f"ifr_len_{part}"].label
+    return _SPEC.path_label(path)
+
+
+def metric_spec(name: str) -> MetricSpec:
+    """A metric's declaration in spec/benchmark.yaml."""
+    return _SPEC_METRICS[name]
+
+
+def metric_direction(path: str) -> str | None:
+    """ "lower" or "higher" (is better) for a metric path, from the spec; None when undeclared."""
+    spec = _SPEC.metric_at(path)
+    return spec.direction if spec else None
+
 
 CATEGORICAL: tuple[tuple[str, str], ...] = (
     ("model", "Model"),
@@ -49,6 +108,8 @@ CATEGORICAL: tuple[tuple[str, str], ...] = (
     ("dataset", "Dataset"),
     ("source", "Source"),
 )
+# The filters of the "Advanced" section: the model is chosen by the ranking's own selector.
+FILTERS: tuple[tuple[str, str], ...] = tuple(c for c in CATEGORICAL if c[0] != "model")
 EXTRA_COLUMNS: tuple[tuple[str, str], ...] = (
     ("private_ifr", "Private IFR"),
     ("active_chains", "Active chains"),
@@ -58,15 +119,20 @@ EXTRA_COLUMNS: tuple[tuple[str, str], ...] = (
     ("added", "Added"),
     ("row_id", "Id"),
 )
+RANK_HEADER = "Rank"
 COLUMN_HEADERS: dict[str, str] = dict(CATEGORICAL + ALL_METRICS + EXTRA_COLUMNS)
+# The source is a badge in the editor's cell (verified runs), not a column of its own; the private IFR
+# shows only where some row has one.
 DEFAULT_COLUMNS: tuple[str, ...] = (
-    *(key for key, _ in CATEGORICAL),
-    *(key for key, _ in METRICS),
+    *(key for key, _ in CATEGORICAL if key != "source"),
+    *HEADLINE,
     "private_ifr",
-    "active_chains",
     "links",
-    "row_id",
 )
+# Shown only where they differ between the rows asked for: a column holding one value says nothing. The
+# editor names the row, so it always shows.
+HIDE_WHEN_CONSTANT = frozenset(key for key, _ in CATEGORICAL if key != "editor")
+HIDE_WHEN_EMPTY = frozenset({"private_ifr"})
 SORTABLE: tuple[tuple[str, str], ...] = (
     *ALL_METRICS,
     ("private_ifr", "Private IFR"),
@@ -76,6 +142,7 @@ SORTABLE: tuple[tuple[str, str], ...] = (
 NO_PRIVATE = "no private split was scored in this run"
 DEFAULT_SORT = "deep_editing_score"
 PAGE_SIZE = 25
+ALL_MODELS = "all models"
 UNSTATED = "unstated"
 _URL = re.compile(r"^https?://[^\s\"'<>`\\]+$", re.IGNORECASE)
 _SEARCHED = ("row_id", "model", "editor", "protocol", "mode", "dataset", "source", "submitter", "label")
@@ -137,7 +204,7 @@ class MetricCell:
         )
 
     def html(self, level: float | None) -> str:
-        """The cell: value, interval and n; "–" with the reason on hover when undefined (never 0)."""
+        """The cell: value and interval (n on hover); "–" with the reason on hover when undefined (never 0)."""
         if self.value is None:
             reason = self.reason or "undefined"
             return f'<span class="kg-undefined" title="{text(reason)}">–</span>'
@@ -151,13 +218,13 @@ class MetricCell:
             parts.append(f'<span class="kg-interval">[{self.low:.2f}, {self.high:.2f}]</span>')
         elif self.interval_reason:
             hover.append(f"no interval: {self.interval_reason}")
-        if self.n is not None:
-            parts.append(f'<span class="kg-n">n={self.n}</span>')
         if self.few_edits:
             hover.append(
                 f"few edits: {self.effective_edits or 0:.1f} effective (below 10), the interval covers less"
             )
-            parts.append('<span class="kg-few-edits">few edits</span>')
+            parts.append(
+                f'<span class="kg-few-edits">{FEW_EDITS_MARK}</span>'
+            )  # compact: the cell stays one line
         return f'<span class="kg-metric" title="{text("; ".join(hover))}">{" ".join(parts)}</span>'
 
 
@@ -186,6 +253,11 @@ class Row:
     private_ifr: MetricCell | None = None
     private_check: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     entry: StoreEntry | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def track(self) -> tuple[str, str, str, str]:
+        """What a rank is among: runs of one model, protocol, mode and dataset version."""
+        return (self.model, self.protocol, self.mode, self.dataset)
 
     @property
     def private_flagged(self) -> bool:
@@ -363,7 +435,11 @@ def _frame(rows: Sequence[Row]) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class TableQuery:
-    """What a person asked the table for."""
+    """What a person asked the table for.
+
+    ``model``: one model's ranking (None or :data:`ALL_MODELS`: every model). ``part``: the ranked rows
+    (runs in the store), the reported rows (published numbers, never ranked with runs), or both.
+    """
 
     search: str = ""
     filters: Mapping[str, Sequence[str]] = field(default_factory=dict)  # column -> allowed values
@@ -372,6 +448,8 @@ class TableQuery:
     columns: Sequence[str] = DEFAULT_COLUMNS
     page: int = 1
     page_size: int = PAGE_SIZE
+    model: str | None = None
+    part: str = "all"  # "ranked", "reported" or "all"
 
 
 @dataclass(frozen=True)
@@ -384,12 +462,31 @@ class TablePage:
     total: int  # rows matching the query
     page: int
     pages: int
+    constant: dict[str, str] = field(default_factory=dict)  # hidden column -> the one value it holds
+
+
+RankCache = dict[tuple[str, ...], dict[str, int | None]]
+
+
+def verified_document(entry: StoreEntry) -> dict[str, Any]:
+    """The full results document of an entry the store verified, read again for the ranking: checked by
+    its content hash (the store's full checks ran when it accepted the entry, and take a second a file)."""
+    document = json.loads(entry.results_file.read_text(encoding="utf-8"))
+    if not isinstance(document, dict) or content_sha256(document) != entry.results_sha256:
+        raise ValueError(f"{entry.results_file}: its content changed since the store verified it")
+    return document
 
 
 class Board:
-    """Every row of a store scan plus the reported rows, ready to search, filter, sort and page."""
+    """Every row of a store scan plus the reported rows, ready to search, filter, sort and page.
 
-    def __init__(self, scan: StoreScan, *, include_reported: bool = True) -> None:
+    ``rank_cache`` (shared between the boards of one app) keeps each track's ranks by the hashes of its
+    runs, so a store change recomputes only the tracks it touched.
+    """
+
+    def __init__(
+        self, scan: StoreScan, *, include_reported: bool = True, rank_cache: RankCache | None = None
+    ) -> None:
         rows = [row_from_entry(e) for e in scan.entries]
         if include_reported:
             rows.extend(reported_rows())
@@ -398,11 +495,22 @@ class Board:
         self.by_id: dict[str, Row] = {row.row_id: row for row in rows}
         self.frame = _frame(rows)
         self.signature = tuple((e.entry_id, e.results_sha256) for e in scan.entries)
+        self._rank_cache: RankCache = {} if rank_cache is None else rank_cache
 
     def choices(self, column: str) -> list[str]:
         if self.frame.empty:
             return []
         return sorted(self.frame[column].astype(str).unique().tolist())
+
+    def models(self) -> list[str]:
+        """Models with runs in the store, most runs first, then models with reported rows only."""
+        stored: dict[str, int] = {}
+        for row in self.rows:
+            if row.entry is not None:
+                stored[row.model] = stored.get(row.model, 0) + 1
+        ordered = sorted(stored, key=lambda m: (-stored[m], m))
+        reported = sorted({row.model for row in self.rows if row.entry is None} - set(stored))
+        return ordered + reported
 
     def select(self, query: TableQuery) -> pd.DataFrame:
         """The rows matching ``query``, sorted (undefined values last, whatever the direction)."""
@@ -410,6 +518,12 @@ class Board:
         if frame.empty:
             return frame
         mask = pd.Series(True, index=frame.index)
+        if query.model and query.model != ALL_MODELS:
+            mask &= frame["model"] == query.model
+        if query.part == "ranked":
+            mask &= frame["source"] != "reported"
+        elif query.part == "reported":
+            mask &= frame["source"] == "reported"
         for column, allowed in query.filters.items():
             if allowed:
                 mask &= frame[column].isin(list(allowed))
@@ -423,28 +537,80 @@ class Board:
             [sort, "row_id"], ascending=[not query.descending, True], na_position="last", kind="stable"
         )
 
+    def ranks(self, model: str) -> dict[str, int | None]:
+        """Row id -> rank among the stored runs of ``model``'s track (see :mod:`leaderboard.ranking`)."""
+        from leaderboard.ranking import uncertainty_ranks
+
+        tracks: dict[tuple[str, ...], list[Row]] = {}
+        for row in self.rows:
+            if row.model == model and row.entry is not None:
+                tracks.setdefault(row.track, []).append(row)
+        ranks: dict[str, int | None] = {}
+        for rows in tracks.values():
+            key = tuple(sorted(row.entry.results_sha256 for row in rows if row.entry is not None))
+            if key not in self._rank_cache:
+                readable, documents = [], []
+                for row in rows:
+                    try:
+                        documents.append(verified_document(row.entry))  # type: ignore[arg-type]
+                        readable.append(row)
+                    except (OSError, ValueError, StoreFileError):  # changed since the scan: the next says why
+                        continue
+                by_sha = {
+                    row.entry.results_sha256: rank  # type: ignore[union-attr]
+                    for row, rank in zip(readable, uncertainty_ranks(documents), strict=True)
+                }
+                self._rank_cache[key] = by_sha
+            cached = self._rank_cache[key]
+            ranks.update({row.row_id: cached.get(row.entry.results_sha256) for row in rows})  # type: ignore[union-attr]
+        return ranks
+
     def page(self, query: TableQuery) -> TablePage:
         selected = self.select(query)
         columns = [c for c in query.columns if c in COLUMN_HEADERS] or list(DEFAULT_COLUMNS)
+        constant: dict[str, str] = {}
+        if len(selected):
+            for column in columns:
+                if column in HIDE_WHEN_CONSTANT:
+                    values = selected[column].astype(str).unique()
+                    if len(values) == 1:
+                        constant[column] = str(values[0])
+            empty = {c for c in columns if c in HIDE_WHEN_EMPTY and selected[c].isna().all()}
+            columns = [c for c in columns if c not in constant and c not in empty]
+        ranked = query.part == "ranked" and bool(query.model) and query.model != ALL_MODELS
+        ranks = self.ranks(str(query.model)) if ranked and len(selected) else {}
+        if ranks and query.sort == DEFAULT_SORT and query.descending:
+            # The ranking's own order, as Chatbot Arena's: by rank, then by score within a rank.
+            order = selected["row_id"].map(lambda i: ranks.get(i) or math.inf)
+            selected = selected.assign(_rank=order).sort_values(
+                ["_rank", DEFAULT_SORT, "row_id"],
+                ascending=[True, False, True],
+                na_position="last",
+                kind="stable",
+            )
         total = len(selected)
         pages = max(1, math.ceil(total / query.page_size))
         page = min(max(1, query.page), pages)
         start = (page - 1) * query.page_size
         shown = selected.iloc[start : start + query.page_size]
-        cells = (
-            [[self._cell(self.rows[int(i)], c) for c in columns] for i in shown["index"].tolist()]
-            if total
-            else []
-        )
+        rows = [self.rows[int(i)] for i in shown["index"].tolist()] if total else []
+        cells = [[self._cell(row, c) for c in columns] for row in rows]
+        headers = [COLUMN_HEADERS[c] for c in columns]
+        datatypes = ["html" if c in _HTML_COLUMNS else "str" for c in columns]
+        widths = [column_width(c) for c in columns]
+        if ranked:
+            cells = [[rank_html(ranks.get(row.row_id)), *line] for row, line in zip(rows, cells, strict=True)]
+            headers, datatypes, widths = [RANK_HEADER, *headers], ["html", *datatypes], ["56px", *widths]
         return TablePage(
-            headers=[COLUMN_HEADERS[c] for c in columns],
-            datatypes=["html" if c in _HTML_COLUMNS else "str" for c in columns],
-            widths=[column_width(c) for c in columns],
+            headers=headers,
+            datatypes=datatypes,
+            widths=widths,
             cells=cells,
-            row_ids=shown["row_id"].tolist() if total else [],
+            row_ids=[row.row_id for row in rows],
             total=total,
             page=page,
             pages=pages,
+            constant=constant,
         )
 
     @staticmethod
@@ -457,6 +623,18 @@ class Board:
             return links_html(row.paper, row.code)
         if column == "row_id":
             return f'<a href="?result={text(quote(row.row_id))}" class="kg-permalink">{text(row.row_id)}</a>'
+        if column == "editor":
+            # The editor names the row: its link opens the run's page (a click anywhere on the row does too).
+            title = text(row.submitter or row.label or row.row_id)
+            badge = ""
+            if row.source == "verified":
+                badge = (
+                    ' <span class="kg-verified" title="run by the leaderboard\'s runner">✓ verified</span>'
+                )
+            return (
+                f'<a href="?result={text(quote(row.row_id))}" class="kg-editor" title="{title}">'
+                f"{text(row.editor)}</a>{badge}"
+            )
         if column == "active_chains":
             return "–" if row.active_chains is None else str(row.active_chains)
         if column == "edits":
@@ -476,18 +654,37 @@ class Board:
         return selected[columns].reset_index(drop=True)
 
 
+RANK_TITLE = (
+    "1 + the number of runs of this model, protocol, mode and dataset that are significantly better on the "
+    "deep-editing score (paired tests, Holm at 5%); runs that cannot be told apart share a rank"
+)
+
+
+def rank_html(rank: int | None) -> str:
+    if rank is None:
+        return '<span class="kg-undefined" title="no deep-editing score: not ranked">–</span>'
+    return f'<span class="kg-rank" title="{text(RANK_TITLE)}">{rank}</span>'
+
+
 _METRIC_KEYS = frozenset(key for key, _ in ALL_METRICS)
-_WIDTHS = {"links": "120px", "row_id": "200px", "submitter": "220px", "added": "170px"}
+_WIDTHS = {
+    "model": "150px",
+    "editor": "112px",
+    "links": "110px",
+    "row_id": "200px",
+    "submitter": "220px",
+    "added": "170px",
+}
 
 
 def column_width(column: str) -> str:
-    """A metric cell holds value, interval and n on one line; names wrap."""
+    """A metric cell holds value, interval and the few-edits mark on one line; names wrap."""
     if column in _METRIC_KEYS or column == "private_ifr":
-        return "190px"
-    return _WIDTHS.get(column, "115px")
+        return "180px"
+    return _WIDTHS.get(column, "110px")
 
 
-_HTML_COLUMNS = _METRIC_KEYS | {"links", "row_id", "private_ifr"}
+_HTML_COLUMNS = _METRIC_KEYS | {"links", "row_id", "editor", "private_ifr"}
 
 
 def private_ifr_html(row: Row) -> str:
@@ -513,7 +710,7 @@ def links_html(paper: str | None, code: str | None) -> str:
             links.append(
                 f'<a href="{text(url)}" target="_blank" rel="noopener noreferrer nofollow">{label}</a>'
             )
-    return " · ".join(links) if links else "–"
+    return f'<span class="kg-links">{" · ".join(links)}</span>' if links else "–"
 
 
 def row_label(row: Row) -> str:

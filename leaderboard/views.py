@@ -20,7 +20,16 @@ from typing import Any
 import pandas as pd
 
 from knowgic.errors import KnowgicError
-from leaderboard.table import ALL_METRICS, COLUMN_HEADERS, Row, links_html, row_label
+from leaderboard.table import (
+    ALL_METRICS,
+    METRIC_COLUMNS,
+    PER_EDIT_METRICS,
+    Row,
+    links_html,
+    metric_direction,
+    metric_label,
+    row_label,
+)
 from runner.store import StoreFileError
 
 PER_EDIT_COLUMNS = (
@@ -31,11 +40,7 @@ PER_EDIT_COLUMNS = (
     "target_new",
     "chains",
     "active_chains",
-    "ifr",
-    "preservation",
-    "efficacy",
-    "generalization",
-    "specificity",
+    *PER_EDIT_METRICS,
     "p_new",
     "p_true",
     "reasons",
@@ -44,6 +49,9 @@ PER_EDIT_COLUMNS = (
 # The per-edit table shows the start of an in-context prefix; the whole prefix is in the results.json download.
 PREFIX_SHOWN_CHARS = 500
 CHAIN_COLUMNS = ("case_id", "length", "active", "r_pre", "r_post", "known_post", "chain")
+CHAIN_WIDTHS = ["8%", "8%", "7%", "8%", "8%", "10%", "51%"]  # the chain text takes the rest
+METRICS_COLUMNS = ["Metric", "Value", "n", "Interval", "Better", "Note"]
+__all__ = ["metric_label"]  # re-exported: the views name metrics as the table does
 DETAIL_ROWS = 500  # rows of one per-edit, per-chain or edit-by-edit table sent to a browser
 CELL_CHARS = 1000  # characters of one table cell
 JSON_CHARS = 50_000  # characters of one JSON viewer (configuration, provenance, environment)
@@ -80,21 +88,9 @@ def _bounded_records(
     return shown
 
 
-_MORE_LABELS = {
-    "ifr_uncapped": "IFR (uncapped)",
-    "preservation_macro": "Preservation (macro)",
-    "efficacy_magnitude": "Efficacy magnitude",
-    "specificity_same_relation": "Specificity, same relation",
-    "specificity_other_graphs": "Specificity, other graphs",
-}
-
-
-def metric_label(path: str) -> str:
-    """``ifr_by_length.2`` -> "IFR n=2"; ``ifr`` -> "IFR"; other names as results.json spells them."""
-    head, _, tail = path.partition(".")
-    if tail:
-        return f"IFR n={tail}"
-    return COLUMN_HEADERS.get(head) or _MORE_LABELS.get(head, head.replace("_", " "))
+def better_text(path: str) -> str:
+    direction = metric_direction(path)
+    return {"lower": "lower ↓", "higher": "higher ↑"}.get(direction or "", "")
 
 
 def _interval(entry: Mapping[str, Any]) -> str:
@@ -129,6 +125,7 @@ def metrics_frame(row: Row | None, document: Mapping[str, Any] | None) -> pd.Dat
                     "Value": _value(item.get("value")),
                     "n": item.get("n"),
                     "Interval": _interval(item),
+                    "Better": better_text(path),
                     "Note": note or "",
                 }
                 if private_metrics is not None:
@@ -146,10 +143,11 @@ def metrics_frame(row: Row | None, document: Mapping[str, Any] | None) -> pd.Dat
                     "Value": _value(cell.value),
                     "n": cell.n,
                     "Interval": "–",
+                    "Better": better_text(METRIC_COLUMNS[key].path),
                     "Note": (cell.reason if cell.value is None else cell.interval_reason) or "",
                 }
             )
-    columns = ["Metric", "Value", "n", "Interval", "Note"]
+    columns = list(METRICS_COLUMNS)
     if private_metrics is not None:
         columns += ["Private", "Private n", "Private interval"]
     return pd.DataFrame.from_records(records, columns=columns).astype(
@@ -346,23 +344,37 @@ def chains_frame(document: Mapping[str, Any], edit_id: str | None) -> pd.DataFra
 
 @dataclass(frozen=True)
 class Comparison:
+    """``summary``: one sentence per outcome in words (which run is better on what); ``message``: the
+    runs compared and how, or why they cannot be."""
+
     message: str
     metrics: pd.DataFrame
     edits: pd.DataFrame
+    summary: tuple[str, ...] = ()
 
 
 _COMPARE_COLUMNS = [
     "Metric",
+    "Better",
     "A",
     "A interval",
     "B",
     "B interval",
     "B − A",
     "Paired interval",
-    "Excludes 0",
+    "Verdict",
     "Note",
 ]
-_EDIT_METRICS = (("ifr", "IFR"), ("preservation", "Pres."), ("efficacy", "Eff."), ("specificity", "Spec."))
+
+
+def verdict(difference: Any) -> str | None:
+    """What the paired test of B − A says, in words: "B better", "A better" (by the metric's declared
+    direction) or "no significant difference"; None where there is no test."""
+    if difference is None or difference.told_apart is None:
+        return None
+    if not difference.told_apart:
+        return "no significant difference"
+    return f"{difference.better} better" if difference.better in ("A", "B") else None
 
 
 def _side_by_side(a: Mapping[str, Any], b: Mapping[str, Any], differences: Mapping[str, Any]) -> pd.DataFrame:
@@ -379,38 +391,76 @@ def _side_by_side(a: Mapping[str, Any], b: Mapping[str, Any], differences: Mappi
         if diff is not None:
             delta = "–" if diff.difference is None else f"{diff.difference:+.4f}"
             paired = "–" if diff.low is None else f"[{diff.low:+.4f}, {diff.high:+.4f}]"
-            excludes = "–" if diff.excludes_zero is None else ("yes" if diff.excludes_zero else "no")
+            said = verdict(diff) or "–"
             note = diff.reason or ""
         else:
             delta = "–" if va is None or vb is None else f"{vb - va:+.4f}"
-            paired, excludes = "–", "–"
+            paired, said = "–", "–"
             note = ea.get("reason") or eb.get("reason") or ""
         records.append(
             {
                 "Metric": metric_label(path),
+                "Better": better_text(path),
                 "A": _value(va),
                 "A interval": _interval(ea),
                 "B": _value(vb),
                 "B interval": _interval(eb),
                 "B − A": delta,
                 "Paired interval": paired,
-                "Excludes 0": excludes,
+                "Verdict": said,
                 "Note": note,
             }
         )
     return pd.DataFrame.from_records(records, columns=_COMPARE_COLUMNS)
 
 
+def summary_sentences(differences: Mapping[str, Any]) -> tuple[str, ...]:
+    """The comparison in words: the deep-editing score first, then which run is better on which metric."""
+    from knowgic.uncertainty import INTERVAL_METRICS
+
+    by_verdict: dict[str, list[str]] = {}
+    sentences = []
+    for path in INTERVAL_METRICS:
+        diff = differences.get(path)
+        if diff is None:
+            continue
+        said = verdict(diff)
+        if path == "deep_editing_score":
+            if said is None:
+                sentences.append(f"Deep-editing score: no paired interval ({diff.reason or 'undefined'}).")
+            elif said == "no significant difference":
+                sentences.append(
+                    f"Deep-editing score: no significant difference (B − A = {diff.difference:+.3f}, "
+                    f"p = {diff.p_value:.3g})."
+                )
+            else:
+                sentences.append(
+                    f"Deep-editing score: {said[0]} is better (B − A = {diff.difference:+.3f}, p = {diff.p_value:.3g})."
+                )
+            continue
+        if said is not None and "." not in path and path in METRIC_COLUMNS:
+            by_verdict.setdefault(said, []).append(metric_label(path))
+    for said, text in (("B better", "B is better on"), ("A better", "A is better on")):
+        if by_verdict.get(said):
+            sentences.append(f"{text} {', '.join(by_verdict[said])}.")
+    if by_verdict.get("no significant difference"):
+        sentences.append(
+            f"No significant difference on {', '.join(by_verdict['no significant difference'])}."
+        )
+    return tuple(sentences)
+
+
 def _edits_side_by_side(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFrame:
     by_id_b = {r["edit_id"]: r for r in b.get("per_edit", [])}
     columns = ["edit_id", "subject", "target_new"]
-    for _, label in _EDIT_METRICS:
+    labels = [(key, METRIC_COLUMNS[key].label) for key in PER_EDIT_METRICS]
+    for _, label in labels:
         columns += [f"{label} A", f"{label} B"]
     records = []
     for ra in a.get("per_edit", [])[:DETAIL_ROWS]:
         rb = by_id_b.get(ra["edit_id"], {})
         record = {"edit_id": ra["edit_id"], "subject": ra.get("subject"), "target_new": ra.get("target_new")}
-        for key, label in _EDIT_METRICS:
+        for key, label in labels:
             record[f"{label} A"] = _value(ra.get(key))
             record[f"{label} B"] = _value(rb.get(key)) if rb else "not in B"
         records.append(record)
@@ -444,8 +494,15 @@ def compare(row_a: Row | None, row_b: Row | None) -> Comparison:
     header = f"A = {row_label(row_a)}\nB = {row_label(row_b)}\n"
     try:
         differences = {d.metric: d for d in compare_results(doc_a, doc_b)}
-        message = header + "B − A with a paired cluster-bootstrap interval over the same resampled edits."
+        message = (
+            header + "B − A with a paired cluster-bootstrap interval over the same resampled edits (95%)."
+        )
     except KnowgicError as exc:
         differences = {}
         message = header + f"No paired intervals: {exc}"
-    return Comparison(message, _side_by_side(doc_a, doc_b, differences), _edits_side_by_side(doc_a, doc_b))
+    return Comparison(
+        message,
+        _side_by_side(doc_a, doc_b, differences),
+        _edits_side_by_side(doc_a, doc_b),
+        summary_sentences(differences),
+    )

@@ -170,32 +170,35 @@ ALL_COLUMNS = [
 ]
 
 
-def table(
-    client,
+def controls(
+    model="knowgic-tiny",
     search="",
     editors=(),
     sources=(),
     sort="deep_editing_score",
     order="descending",
     columns=None,
-    page=1,
-):
-    result = client.predict(
-        search,
-        [],
-        list(editors),
-        [],
-        [],
-        [],
-        list(sources),
-        sort,
-        order,
-        columns or ALL_COLUMNS,
-        page,
-        api_name="/table",
-    )
-    frame = result[0]["value"] if "value" in result[0] else result[0]
+) -> list[Any]:
+    """The Leaderboard tab's controls, as the /table, /csv, /reload and /plots endpoints take them:
+    model, search, the filters (editor, protocol, mode, dataset, source), sort, order, columns."""
+    return [model, search, list(editors), [], [], [], list(sources), sort, order, columns or ALL_COLUMNS]
+
+
+def _frame(value: Any) -> dict[str, Any]:
+    return value.get("value", value)
+
+
+def table(client, model="knowgic-tiny", page=1, **kwargs):
+    """Headers, rows and status of the ranking; ``reported`` rows come back apart (``reported_table``)."""
+    result = client.predict(*controls(model, **kwargs), page, api_name="/table")
+    frame = _frame(result[0])
     return frame["headers"], frame["data"], result[1]
+
+
+def reported_table(client, model, **kwargs):
+    result = client.predict(*controls(model, **kwargs), 1, api_name="/table")
+    frame = _frame(result[3])
+    return frame["headers"], frame["data"]
 
 
 def _doc(board_store, editor) -> dict[str, Any]:
@@ -208,7 +211,8 @@ def _column(headers, rows, name) -> list[Any]:
 
 
 def _ids(headers, rows) -> list[str]:
-    return [cell.split(">")[1].split("<")[0] for cell in _column(headers, rows, "Id")]
+    """Row ids, from the editor cell's link to the run's page."""
+    return [cell.split("?result=")[1].split('"')[0] for cell in _column(headers, rows, "Editor")]
 
 
 # -- pure parts -----------------------------------------------------------------------------------------
@@ -258,45 +262,66 @@ def test_cli_refuses_a_missing_store(tmp_path, capsys) -> None:
 
 
 # -- the launched app ----------------------------------------------------------------------------------
-def test_table_shows_stored_and_reported_rows_sorted_by_deep_editing_score(served, board_store) -> None:
+def test_the_ranking_is_one_models_runs_ranked_by_the_paired_comparison(served, board_store) -> None:
+    from knowgic.uncertainty import paired_resamples, ranks_by_significance
+
     _, client = served
     headers, rows, status = table(client)
-    assert "IFR n=1" not in headers  # IFR by length is hidden by default
     ids = _ids(headers, rows)
-    assert set(board_store.entries.values()) <= set(ids)
+    assert sorted(ids) == sorted(board_store.entries.values())  # every stored run, no reported row
     assert board_store.forged_entry not in ids and "local-dangling" not in ids
-    assert status.startswith(f"{4 + 15} result(s) match")
-    # Stored runs first (the reported rows have no score), in decreasing score.
-    scores = {e: _doc(board_store, e)["metrics"]["deep_editing_score"]["value"] for e in EDITORS}
-    expected = sorted(EDITORS, key=lambda e: (-scores[e], board_store.entries[e]))  # ties: by id
-    stored = [i for i in ids if not i.startswith("reported-")]
-    assert [i for i in stored if i != board_store.entries["verified"]] == [
-        board_store.entries[e] for e in expected
-    ]
-    # A metric cell: value, interval and n, from results.json.
+    assert status.startswith("4 result(s) of knowgic-tiny")
+    # One model, protocol, mode and dataset: those columns are hidden and said once in the status.
+    assert headers[:2] == ["Rank", "Editor"] and not {"Model", "Protocol", "Mode", "Dataset"} & set(headers)
+    assert "logprob" in status and "independent" in status and "dataset 1.1.0" in status
+    # Rank = 1 + the runs significantly better on the deep-editing score (paired tests, Holm).
+    docs = {e: _doc(board_store, "ice" if e == "verified" else e) for e in board_store.entries}
+    names = list(docs)
+    paired = paired_resamples([docs[e] for e in names])  # one edit set: one paired family (Holm)
+    ranked = ranks_by_significance(paired, "deep_editing_score")
+    expected = {board_store.entries[e]: rank for e, rank in zip(names, ranked, strict=True)}
+    ranks = {
+        i: int(r.split(">")[1].split("<")[0])
+        for i, r in zip(ids, _column(headers, rows, "Rank"), strict=True)
+    }
+    assert ranks == expected
+    assert list(ranks.values()) == sorted(ranks.values())  # the ranking's order
+    # A metric cell: value and interval from results.json (n on hover).
     rome = _doc(board_store, "rome")["metrics"]["ifr"]
     cell = rows[ids.index(board_store.entries["rome"])][headers.index("IFR")]
-    assert f"{rome['value']:.3f}" in cell and f"n={rome['n']}" in cell
+    assert f"{rome['value']:.3f}" in cell and f"n = {rome['n']}" in cell  # n on hover
     assert f"[{rome['interval'][0]:.2f}, {rome['interval'][1]:.2f}]" in cell
-    # Undefined: "–" with the reason on hover, never 0.
-    reported = rows[ids.index("reported-gpt2-xl-rome")]
-    assert 'class="kg-undefined"' in reported[headers.index("Efficacy")]
-    assert "0.000" not in reported[headers.index("Efficacy")]
+
+
+def test_reported_rows_come_apart_and_undefined_is_never_zero(served) -> None:
+    _, client = served
+    headers, rows, status = table(client, model="GPT2-XL")
+    assert rows == [] and status.startswith("0 result(s) of GPT2-XL")
+    headers, rows = reported_table(client, "GPT2-XL")
+    assert "Rank" not in headers and len(rows) == 5
+    rome = next(r for r in rows if ">rome<" in r[headers.index("Editor")])
+    assert 'class="kg-undefined"' in rome[headers.index("Efficacy")]
+    assert "0.000" not in rome[headers.index("Efficacy")]
 
 
 def test_filter_search_sort_and_columns(served, board_store) -> None:
+    from leaderboard.table import ALL_MODELS
+
     _, client = served
     headers, rows, status = table(client, editors=["rome"])
-    assert set(_column(headers, rows, "Editor")) == {"rome"} and status.startswith("4 result(s)")
-    headers, rows, _ = table(client, editors=["rome"], sources=["local"])
-    assert _ids(headers, rows) == [board_store.entries["rome"]]
-    headers, rows, _ = table(client, search="llama-3 AlphaEdit")
-    assert _ids(headers, rows) == ["reported-llama-3-8b-alphaedit"]
+    assert set(_column(headers, rows, "Editor")) == {
+        '<a href="?result=' + board_store.entries["rome"] + '" class="kg-editor" title="rome run">rome</a>'
+    }
+    assert status.startswith("1 result(s)")
     headers, rows, _ = table(client, sources=["local"], sort="ifr", order="ascending")
     ifrs = {board_store.entries[e]: _doc(board_store, e)["metrics"]["ifr"]["value"] for e in EDITORS}
     assert _ids(headers, rows) == sorted(ifrs, key=ifrs.get)
+    headers, _rows = reported_table(client, ALL_MODELS, search="llama-3 AlphaEdit")
+    assert _ids(headers, _rows) == ["reported-llama-3-8b-alphaedit"]
     headers, rows, _ = table(client, columns=["model", "editor", "ifr_len_3", "row_id"])
-    assert headers == ["Model", "Editor", "IFR n=3", "Id"]
+    assert headers == ["Rank", "Editor", "IFR n=3", "Id"]  # the model column holds one value: hidden
+    headers, rows, _ = table(client, model=ALL_MODELS, columns=["model", "editor", "ifr"])
+    assert headers == ["Editor", "IFR"]  # every stored run is of knowgic-tiny; no ranks across models
 
 
 def test_pages_cover_every_row_once(board_store) -> None:
@@ -312,7 +337,7 @@ def test_pages_cover_every_row_once(board_store) -> None:
 def test_csv_has_the_filtered_rows_with_every_number(served, board_store) -> None:
     _, client = served
     path = client.predict(
-        "", [], ["rome", "ice"], [], [], [], ["local"], "ifr", "ascending", ALL_COLUMNS, api_name="/csv"
+        *controls(editors=["rome", "ice"], sources=["local"], sort="ifr", order="ascending"), api_name="/csv"
     )
     frame = pd.read_csv(path["value"] if isinstance(path, dict) else path)
     assert frame["row_id"].tolist()[0] in {board_store.entries["ice"], board_store.entries["rome"]}
@@ -396,8 +421,15 @@ def test_compare_two_runs_of_one_model(served, board_store) -> None:
     expected = {d.metric: d for d in compare_results(_doc(board_store, "none"), _doc(board_store, "rome"))}
     rows = {r[0]: r for r in metrics["data"]}
     ifr = expected["ifr"]
-    assert rows["IFR"][5] == f"{ifr.difference:+.4f}"
-    assert rows["IFR"][6] == f"[{ifr.low:+.4f}, {ifr.high:+.4f}]"
+    assert rows["IFR"][1] == "lower ↓" and rows["IFR"][6] == f"{ifr.difference:+.4f}"
+    assert rows["IFR"][7] == f"[{ifr.low:+.4f}, {ifr.high:+.4f}]"
+    score = expected["deep_editing_score"]
+    if score.told_apart:
+        assert rows["Deep-editing score"][8] == f"{score.better} better"
+        assert f"{score.better} is better" in message
+    else:
+        assert rows["Deep-editing score"][8] == "no significant difference"
+    assert f'href="?a={a}&amp;b={b}"' in message  # the permalink is a link
     assert len(edits["data"]) == len(_doc(board_store, "rome")["per_edit"])
     message, metrics, _ = client.predict(a, "reported-gpt2-xl-rome", api_name="/compare")
     assert "different models" in message and metrics["data"] == []
@@ -405,9 +437,7 @@ def test_compare_two_runs_of_one_model(served, board_store) -> None:
 
 def test_skipped_panel_lists_every_bad_file_with_its_reason(served, board_store) -> None:
     _app, client = served
-    result = client.predict(
-        "", [], [], [], [], [], [], "deep_editing_score", "descending", ALL_COLUMNS, 1, api_name="/reload"
-    )
+    result = client.predict(*controls(), 1, api_name="/reload")
     skipped = next(r for r in result if isinstance(r, dict) and r.get("headers") == ["File", "Reason"])
     reasons = {row[0]: row[1] for row in skipped["data"]}
     assert "not valid JSON" in reasons["entries/broken.json"]
@@ -444,34 +474,18 @@ def test_new_results_appear_without_a_restart(served, board_store) -> None:
     app, client = served
     entry = board_store.store.add_local(board_store.spare_run).entry_id
     try:
-        result = client.predict(
-            "", [], [], [], [], [], [], "deep_editing_score", "descending", ALL_COLUMNS, 1, api_name="/reload"
-        )
-        frame = result[0]["value"] if "value" in result[0] else result[0]
-        assert entry in json.dumps(frame["data"])
+        result = client.predict(*controls(), 1, api_name="/reload")
+        assert entry in json.dumps(_frame(result[0])["data"])
         assert any(t.__class__.__name__ == "Timer" for t in app.blocks.values())
     finally:
         board_store.store.entry_path(entry).unlink()
-        client.predict(
-            "", [], [], [], [], [], [], "deep_editing_score", "descending", ALL_COLUMNS, 1, api_name="/reload"
-        )
+        client.predict(*controls(), 1, api_name="/reload")
 
 
 def test_plots_follow_the_filters(served, board_store) -> None:
     _, client = served
     _model, tradeoff, lengths = client.predict(
-        "knowgic-tiny",
-        "",
-        [],
-        [],
-        [],
-        [],
-        [],
-        ["local"],
-        "deep_editing_score",
-        "descending",
-        ALL_COLUMNS,
-        api_name="/plots",
+        "knowgic-tiny", *controls(sources=["local"]), api_name="/plots"
     )
     data = json.loads(tradeoff["plot"])["data"]
     names = {trace["name"] for trace in data}
@@ -479,6 +493,11 @@ def test_plots_follow_the_filters(served, board_store) -> None:
     points = [(x, y) for t in data if t["mode"] == "markers" for x, y in zip(t["x"], t["y"], strict=True)]
     docs = [_doc(board_store, e)["metrics"] for e in EDITORS]
     assert sorted(points) == sorted((d["ifr"]["value"], d["preservation"]["value"]) for d in docs)
+    # Error bars from each point's interval.
+    rome_point = next(t for t in data if t["name"] == "rome (local)")
+    ifr = _doc(board_store, "rome")["metrics"]["ifr"]
+    assert rome_point["error_x"]["array"][0] == pytest.approx(ifr["interval"][1] - ifr["value"])
+    assert rome_point["error_x"]["arrayminus"][0] == pytest.approx(ifr["value"] - ifr["interval"][0])
     line_data = json.loads(lengths["plot"])["data"]
     rome = next(t for t in line_data if t["name"] == "rome (local)")
     by_length = _doc(board_store, "rome")["metrics"]["ifr_by_length"]
@@ -486,27 +505,28 @@ def test_plots_follow_the_filters(served, board_store) -> None:
     assert [
         None if v is None or (isinstance(v, float) and math.isnan(v)) else pytest.approx(v) for v in rome["y"]
     ] == expected
-    model, tradeoff, _ = client.predict(
-        "GPT2-XL",
-        "",
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-        "deep_editing_score",
-        "descending",
-        ALL_COLUMNS,
-        api_name="/plots",
-    )
+    model, tradeoff, _ = client.predict("GPT2-XL", *controls(), api_name="/plots")
     assert (
         model["value"] == "GPT2-XL" and len(json.loads(tradeoff["plot"])["data"]) == 6
     )  # 5 editors + frontier
-    model, _, _ = client.predict(
-        "", "", [], [], [], [], [], [], "deep_editing_score", "descending", ALL_COLUMNS, api_name="/plots"
-    )
-    assert model["value"] == "knowgic-tiny"  # by default the model with the most stored runs
+    model, _, _ = client.predict("", *controls(), api_name="/plots")
+    assert model["value"] == "knowgic-tiny"  # by default the ranking's model
+
+
+def test_editor_colours_are_stable_and_the_heatmap_says_what_good_is(board_store) -> None:
+    from leaderboard.plots import editor_colour, heatmap_figure
+
+    assert editor_colour("rome") == "#1f77b4"  # declared in leaderboard/data/methods.yaml
+    assert editor_colour("my-editor") == editor_colour("my-editor") != editor_colour("my-editor-2")
+    doc = _doc(board_store, "rome")
+    figure = heatmap_figure(doc["per_edit"], "t").to_plotly_json()
+    heat = figure["data"][0]
+    assert heat["x"][0] == "IFR ↓" and heat["x"][1] == "Preservation ↑"
+    first = doc["per_edit"][0]
+    if first["ifr"] is not None:  # one colour means good in every column: IFR flipped
+        assert heat["z"][0][0] == pytest.approx(1 - first["ifr"])
+    assert heat["colorbar"]["ticktext"] == ["worse", "better"]
+    assert any("grey: undefined" in a["text"] for a in figure["layout"]["annotations"])
 
 
 def test_the_space_entry_serves_the_configured_store_folder(monkeypatch, tmp_path) -> None:

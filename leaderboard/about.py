@@ -1,0 +1,107 @@
+"""The About page: what each metric measures and which way is better (from the metric declarations in
+``spec/benchmark.yaml``), how intervals and ranks are computed, what the sources mean, how to submit, and
+how to cite the paper and the benchmark.
+"""
+
+from __future__ import annotations
+
+from knowgic import __version__
+from knowgic.dataset.versions import latest_version, version_dir
+from knowgic.uncertainty import (
+    DEFAULT_LEVEL,
+    FEW_EDITS,
+    FEW_EDITS_MARK,
+    METHOD_BY_KIND,
+    METHODS,
+    PAIRED_TEST_BY_KIND,
+)
+from leaderboard.table import HEADLINE, METRIC_COLUMNS, PER_EDIT_METRICS, RANK_METRIC, metric_spec
+
+BENCHMARK_BIBTEX = """@software{{knowgic_benchmark,
+  title   = {{{{KnowGIC}}: a benchmark of deep knowledge editing in language models}},
+  author  = {{{{The KnowGIC developers}}}},
+  year    = {{2026}},
+  version = {{{version}}},
+  note    = {{Dataset version {dataset}; metrics as declared in spec/benchmark.yaml}}
+}}"""
+
+
+def paper_bibtex() -> str:
+    """The paper's BibTeX, as the dataset folder of the latest version ships it (CITATION.bib)."""
+    return (version_dir(latest_version()) / "CITATION.bib").read_text(encoding="utf-8").strip()
+
+
+def _metric_lines() -> list[str]:
+    lines = ["| Metric | Better | What it measures |", "| --- | --- | --- |"]
+    for key in dict.fromkeys((*HEADLINE, *PER_EDIT_METRICS, "ifr_len_1")):
+        column = METRIC_COLUMNS[key]
+        label = "IFR n=1…5" if key == "ifr_len_1" else column.label
+        better = "lower ↓" if column.lower_is_better else "higher ↑"
+        lines.append(f"| {label} | {better} | {' '.join(column.description.split())} |")
+    return lines
+
+
+def _interval_lines() -> list[str]:
+    lines = []
+    for kind, method in METHOD_BY_KIND.items():
+        metrics = [
+            METRIC_COLUMNS[k].label for k in (*HEADLINE, *PER_EDIT_METRICS) if metric_spec(k).kind == kind
+        ]
+        if metrics:
+            lines.append(f"- {', '.join(dict.fromkeys(metrics))}: {METHODS[method]}.")
+    return lines
+
+
+def about_markdown() -> str:
+    level = f"{DEFAULT_LEVEL * 100:g}%"
+    parts = [
+        "## What the leaderboard shows",
+        "KnowGIC measures *deep* knowledge editing: after an edit, can the old fact still be deduced "
+        "through chains of related facts the model knows? Each row is one run of an editing method on one "
+        "model, scored on the KnowGIC chains. Runs of different models are never ranked together: choose "
+        "the model above the ranking.",
+        "",
+        *_metric_lines(),
+        "",
+        "Every value is shown with its n (on hover) and its interval; “–” means undefined, with the reason "
+        "on hover (for example, no chain of that length is active), never 0.",
+        "## Intervals",
+        f"Each value carries a {level} interval over edits (the edit is the unit, because an edit's chains "
+        "share its fate), by a method chosen for the metric's kind in `spec/benchmark.yaml`:",
+        "",
+        *_interval_lines(),
+        "",
+        f"A value resting on fewer than {FEW_EDITS:g} effective edits is marked {FEW_EDITS_MARK} (few edits): "
+        "its interval covers less than it says. Each results file records every metric's method and edits.",
+        "## Ranks",
+        "Rank = 1 + the number of runs that are *significantly* better on the deep-editing score, among "
+        "the runs of the same model, protocol, mode and dataset version (as Chatbot Arena ranks models). "
+        "Runs over the same edits are compared pair by pair with the paired test of the score's kind "
+        f"({PAIRED_TEST_BY_KIND[metric_spec(RANK_METRIC).kind]}, as `knowgic compare` does), the family "
+        f"of all those tests controlled by Holm's method at {100 - DEFAULT_LEVEL * 100:g}%. Runs over "
+        "different edits are compared by their own "
+        "intervals: one is better when its interval lies wholly above the other's. Runs that cannot be told "
+        "apart share a rank, so several runs can be first. The deep-editing score (harmonic mean of 1 − IFR, "
+        "Preservation, Efficacy and Specificity) is a summary for sorting, never a replacement for the four.",
+        "## Sources",
+        "- **verified**: run by the leaderboard's runner from a submitted archive: the submission's code edits "
+        "the model in a sandbox, the project's own code scores the edits in another container, and the "
+        "stored results are checked against their schema and content hash.",
+        "- **local**: a `results.json` someone ran with `knowgic evaluate` and added with `knowgic store "
+        "add`; checked against its schema and hash, but not re-run here.",
+        "- **reported**: the IFR and Preservation published by the KnowGIC paper's authors (GPT2-XL, "
+        "Llama-3-8B, Qwen2.5-7B), shown apart from the ranking: protocol and mode are not stated, and there "
+        "are no per-edit records to compare them with.",
+        "## How to submit",
+        "Write one editor class (`knowgic.editors.base.Editor`) and an hparams file, run `knowgic evaluate "
+        "--editor module:Class` on your own machine, then pack the folder with its `submission.yaml` (name, "
+        "version, authors, license, editor entry point, hparams per model, requirements, models and "
+        "protocols) into a `.tar.gz` or `.zip` and upload it on the **Submit** tab, or run `knowgic runner "
+        "submit`. Its jobs appear on the **Queue** tab; finished runs join the ranking as *verified*.",
+        "## How to cite",
+        "The KnowGIC data and the IFR and Preservation metrics come from the ThinkEval paper:",
+        f"```bibtex\n{paper_bibtex()}\n```",
+        "The benchmark (dataset versions, protocols, metrics, runner and this leaderboard):",
+        f"```bibtex\n{BENCHMARK_BIBTEX.format(version=__version__, dataset=latest_version())}\n```",
+    ]
+    return "\n".join(parts)
