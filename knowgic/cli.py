@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "knowgic.dataset.commands",  # dataset path, validate, publish
     "knowgic.models.commands",  # models list, build-tiny
     "knowgic.evaluation.commands",  # evaluate, bench
+    "knowgic.builder.commands",  # build, review
     "runner.store_commands",  # store add, store list
     "runner.commands",  # runner submit, worker, status, logs, requeue, cancel
     "leaderboard.commands",  # leaderboard

@@ -59,6 +59,7 @@ class EvaluationRequest:
     protocol: str = field(default_factory=lambda: load_evaluation_spec().default_protocol)
     protocol_overrides: dict[str, Any] = field(default_factory=dict)
     mode: str = field(default_factory=lambda: load_evaluation_spec().default_mode)
+    # A version name shipped with the package (None: the latest) or a dataset folder's path.
     dataset_version: str | None = None
     limit: int | None = None
     seed: int = 0
@@ -87,7 +88,7 @@ class EvaluationRun:
 
 def check_request(request: EvaluationRequest) -> type[Editor]:
     """Validate everything that does not need the model; return the editor class."""
-    from knowgic.dataset.versions import version_dir
+    from knowgic.dataset.folder import open_dataset
     from knowgic.scoring import make_scorer
 
     spec = load_evaluation_spec()
@@ -108,7 +109,7 @@ def check_request(request: EvaluationRequest) -> type[Editor]:
     if request.limit is not None and request.limit < 1:
         raise KnowgicError(f"--limit must be a positive number of edits, got {request.limit}")
     make_scorer(request.protocol, **request.protocol_overrides)  # unknown protocol/params fail here
-    version_dir(request.dataset_version)  # unknown version fails here
+    open_dataset(request.dataset_version)  # an unknown version or a broken folder fails here
     editor_cls = resolve_editor(request.editor)
     if request.stats_corpus is not None or request.stats_samples is not None:
         if not editor_cls.uses_key_statistics:
@@ -230,15 +231,15 @@ def evaluate(
     constructing ``request.editor`` (its ``hparams`` are recorded, with no source file); the runner's
     score stage passes the editor that replays recorded deltas.
     """
-    from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
+    from knowgic.dataset.folder import open_dataset
     from knowgic.models.loading import load_model
     from knowgic.scoring import make_scorer
 
     editor_cls = check_request(request)
     started = time.perf_counter()
-    ref = dataset_ref(request.dataset_version, config="chains")
-    cases = load_cases(ref.version)
-    plan = build_plan(cases, load_aliases(ref.version), limit=request.limit)
+    dataset = open_dataset(request.dataset_version)
+    ref = dataset.ref("chains")
+    plan = build_plan(dataset.cases(), dataset.clean_aliases(), limit=request.limit)
 
     load_start = time.perf_counter()
     if loaded is None:
