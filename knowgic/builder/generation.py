@@ -102,8 +102,11 @@ class Generator:
     ) -> list[str]:
         """Greedy continuations of ``prompts`` (rendered), in order; ``on_batch(start, texts)`` after each
         batch so a caller can journal them."""
+        from knowgic.scoring.logprob import max_positions
+
         model, tok = self.loaded.model, self.loaded.tokenizer
         device = next(model.parameters()).device
+        limit = max_positions(model)
         out: list[str] = []
         side = tok.padding_side
         tok.padding_side = "left"
@@ -112,8 +115,14 @@ class Generator:
             for start in range(0, len(prompts), self.batch_size):
                 texts = [self.render(p) for p in prompts[start : start + self.batch_size]]
                 enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=True).to(device)
+                width = enc["input_ids"].shape[1]
+                room = max_new_tokens if limit is None else min(max_new_tokens, limit - width)
+                if room < 1:
+                    raise KnowgicError(
+                        f"a prompt of {width} tokens leaves no room in the model's {limit} positions"
+                    )
                 kwargs: dict[str, Any] = {
-                    "max_new_tokens": max_new_tokens,
+                    "max_new_tokens": room,
                     "do_sample": False,
                     "pad_token_id": pad,
                     "eos_token_id": tok.eos_token_id,
@@ -122,7 +131,6 @@ class Generator:
                     kwargs["prefix_allowed_tokens_fn"] = self._allowed_fn(schema)
                 with torch.inference_mode():
                     ids = model.generate(**enc, **kwargs)
-                width = enc["input_ids"].shape[1]
                 batch = [tok.decode(row[width:], skip_special_tokens=True) for row in ids]
                 out.extend(batch)
                 if on_batch is not None:

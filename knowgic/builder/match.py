@@ -89,6 +89,18 @@ def map_relation(
     return templates[name], float(score)
 
 
+def similar_relations(prompts: Sequence[str], cutoff: float) -> dict[str, list[str]]:
+    """Each relation template -> the templates whose phrase matches it as a relation phrase is matched
+    to a template (token_set_ratio >= cutoff), itself included: "{} has grandchild" and
+    "{} has a grandchild" are one relation spelled twice."""
+    rapidfuzz = require("rapidfuzz")
+    phrases = [relation_phrase(p) for p in prompts]
+    scores = rapidfuzz.process.cdist(
+        phrases, phrases, scorer=rapidfuzz.fuzz.token_set_ratio, processor=rapidfuzz.utils.default_process
+    )
+    return {p: [prompts[j] for j in range(len(prompts)) if scores[i][j] >= cutoff] for i, p in enumerate(prompts)}
+
+
 def propose_template(spec: BuilderSpec, phrase: str) -> Template:
     relation = " ".join(phrase.split()).lower()
     return Template(

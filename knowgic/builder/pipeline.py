@@ -21,6 +21,7 @@ from typing import Any
 
 from knowgic.builder import review as rv
 from knowgic.builder.graph import EditSpec, chains_for_edits
+from knowgic.builder.match import similar_relations
 from knowgic.builder.seeds import (
     SeedEdit,
     Template,
@@ -381,8 +382,13 @@ class Build:
             objects[f["prompt"]].append(f["answer"])
             gold[(f["subject"], f["prompt"])].add(f["answer"])
         specs, missing = [], 0
+        similar = similar_relations(list(objects), float(self.spec.defaults["relation_match_cutoff"]))
         for f in facts:
-            new = counterfactual(f, objects[f["prompt"]], gold[(f["subject"], f["prompt"])], self.seed)
+            golds = gold[(f["subject"], f["prompt"])]
+            new = counterfactual(f, objects[f["prompt"]], golds, self.seed)
+            if new is None:  # a relation with one object: its similar relations' objects
+                pool = [o for p in similar[f["prompt"]] for o in objects[p]]
+                new = counterfactual(f, pool, golds, self.seed)
             if new is None:
                 missing += 1
                 continue

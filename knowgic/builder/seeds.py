@@ -7,7 +7,8 @@
 
 A relation is its template: facts from a version use their prompt as the relation name. Counterfactual
 targets for new edit requests are drawn from the same relation's other objects with a seeded generator
-(:func:`counterfactual`).
+(:func:`counterfactual`); for a relation with a single object, from the objects of the relations whose
+phrase matches it (``{} has grandchild`` / ``{} has a grandchild``).
 """
 
 from __future__ import annotations
