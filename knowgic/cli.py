@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from knowgic.clip import clip
 from knowgic.errors import KnowgicError
+from knowgic.extras import missing_extra_message
 
 ERROR_LIMIT = 4000
 """Characters of an error line at most (a message listing many problems, each quoted briefly, fits)."""
@@ -36,6 +37,9 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="knowgic", description="KnowGIC: deep knowledge-editing benchmark")
+    parser.add_argument(
+        "--version", action=_VersionAction, nargs=0, help="print the package and dataset versions and exit"
+    )
     sub = parser.add_subparsers(
         dest="command",
         metavar="COMMAND",
@@ -48,11 +52,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    """``knowgic X.Y.Z (dataset versions A, B)``: the package and the dataset versions it ships."""
+    from knowgic import __version__
+    from knowgic.dataset.versions import available_versions
+
+    return f"knowgic {__version__} (dataset versions {', '.join(str(v) for v in available_versions())})"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, its text computed only when asked (it reads the benchmark spec)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(_version())
+        parser.exit()
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """``knowgic runner status``: the command and sub-command that ran (for one-line errors)."""
+    words = [args.command] + [
+        str(value) for name, value in vars(args).items() if name.endswith("_command") and value
+    ]
+    return " ".join(["knowgic", *words])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except ModuleNotFoundError as exc:
+        # A module of an optional extra: name the extra in one line; any other missing module is a bug.
+        message = missing_extra_message(exc, _command_line(args))
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        return 2
     except KnowgicError as exc:
         # A bounded message, whatever the input quoted in it.
         print(f"error: {clip(str(exc), ERROR_LIMIT)}", file=sys.stderr)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from knowgic.argtypes import positive_int, positive_seconds
 from knowgic.errors import KnowgicError
+from runner.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS, JobState
 
 if TYPE_CHECKING:
     from runner.queue import Job, JobQueue
@@ -142,8 +143,6 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from runner.queue import JobState
-
     store = _store(args)
     queue = _open_queue(args, store, create=False)
     states = [JobState(s) for s in args.state] if args.state else None
@@ -181,8 +180,6 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from runner.queue import JobState
-    from runner.worker import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS
 
     p = subparsers.add_parser(
         "runner",

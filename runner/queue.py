@@ -32,7 +32,6 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +39,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from knowgic.errors import KnowgicError
+from runner.states import TERMINAL_STATES, JobState
 
 if TYPE_CHECKING:
     from runner.store import ResultsStore
@@ -48,17 +48,6 @@ if TYPE_CHECKING:
 QUEUE_SCHEMA_VERSION = 1
 DEFAULT_MAX_ATTEMPTS = 3
 LOG_CAP_BYTES = 256 * 1024
-
-
-class JobState(StrEnum):
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    FINISHED = "FINISHED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-
-
-TERMINAL_STATES = frozenset({JobState.FINISHED, JobState.FAILED, JobState.CANCELLED})
 
 
 class QueueError(KnowgicError):

@@ -45,11 +45,8 @@ from typing import Any, Protocol
 
 from knowgic.errors import KnowgicError
 from runner.queue import Job, JobLost, JobQueue
+from runner.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS
 from runner.store import ResultsStore, StoreFileError, verify_results
-
-DEFAULT_HEARTBEAT_SECONDS = 10.0
-DEFAULT_POLL_SECONDS = 5.0
-DEFAULT_GRACE_SECONDS = 120.0
 
 
 class JobFailure(Exception):
