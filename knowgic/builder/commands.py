@@ -170,7 +170,7 @@ def run_review_command(args: argparse.Namespace) -> int:
         rv.write_review(path, rows)
         print(f"{changed} decisions applied to {path}; {len(rv.pending(rows))} pending")
         return 0
-    from knowgic.builder.review_app import make_app
+    from knowgic.builder.review_app import KEYS, make_app
 
-    make_app(path, reviewer).launch(server_name=args.host, server_port=args.port)
+    make_app(path, reviewer).launch(server_name=args.host, server_port=args.port, js=KEYS)
     return 0

@@ -25,12 +25,12 @@ def require(module: str) -> Any:
     """Import a module of the ``build`` extra, or fail with one line naming the extra."""
     import importlib
 
+    from knowgic.extras import install_hint
+
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise KnowgicError(
-            f'this build stage needs {module.split(".")[0]}: pip install "knowgic[{EXTRA}]"'
-        ) from None
+        raise KnowgicError(f"this build stage needs {module.split('.')[0]}: {install_hint(EXTRA)}") from None
 
 
 def _regular_tokens(tokenizer: Any, vocab_size: int) -> list[tuple[int, str, bool]]:

@@ -14,8 +14,9 @@ from typing import Any
 
 from knowgic.builder import review as rv
 from knowgic.builder.generation import require
+from knowgic.errors import KnowgicError
 
-_KEYS = """
+KEYS = """
 () => {
   document.addEventListener('keydown', (ev) => {
     const tag = (ev.target && ev.target.tagName) || '';
@@ -73,6 +74,7 @@ def _first_pending(rows: list[dict[str, Any]]) -> int:
 
 
 def make_app(path: Path, reviewer: str) -> Any:
+    """The page's Blocks; launch it with ``js=KEYS`` for the keyboard shortcuts."""
     gr = require("gradio")
 
     def show(index: float | None = None) -> tuple[Any, ...]:
@@ -90,7 +92,10 @@ def make_app(path: Path, reviewer: str) -> Any:
             edited = {k: v for k, v in fields.items() if v and v != row.get(k)}
             if not edited:
                 decision = "accept"
-        rv.decide(rows, rid, decision, reviewer, edited)
+        try:
+            rv.decide(rows, rid, decision, reviewer, edited)
+        except KnowgicError as exc:  # e.g. an edited template without {}: said on the page, nothing saved
+            raise gr.Error(str(exc)) from None
         rv.write_review(path, rows)
         active = [r for r in rows if r.get("active", True)]
         later = next(
@@ -98,7 +103,7 @@ def make_app(path: Path, reviewer: str) -> Any:
         )
         return _view(rows, later if later is not None else _first_pending(rows))
 
-    with gr.Blocks(title="KnowGIC build review", js=_KEYS) as app:
+    with gr.Blocks(title="KnowGIC build review") as app:
         gr.Markdown(f"### Review of `{path.parent.name}` · decisions by `{reviewer}`")
         index = gr.Number(value=-1, visible=False, precision=0)
         status = gr.Markdown()
@@ -115,7 +120,6 @@ def make_app(path: Path, reviewer: str) -> Any:
             prev = gr.Button("Previous (p)", elem_id="rv-prev")
             nxt = gr.Button("Next (n)", elem_id="rv-next")
         outputs = [index, status, rid, subject, prompt, answer, question]
-        inputs = [index, rid, gr.State(""), subject, prompt, answer, question]
         for button, decision in ((accept, "accept"), (reject, "reject"), (edit, "edit")):
             state = gr.State(decision)
             button.click(
@@ -124,7 +128,6 @@ def make_app(path: Path, reviewer: str) -> Any:
                 outputs,
                 api_name=f"{decision}_row" if decision != "edit" else "edit_row",
             )
-        del inputs
         prev.click(lambda i: show(max(0, int(i) - 1)), [index], outputs, api_name="previous")
         nxt.click(lambda i: show(int(i) + 1), [index], outputs, api_name="next")
         load_in = gr.Number(value=-1, visible=False, precision=0)

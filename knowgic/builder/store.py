@@ -43,15 +43,18 @@ class Journal:
         self.key = key
         self.done: dict[str, dict[str, Any]] = {}
         if path.is_file():
-            for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            text = path.read_text(encoding="utf-8")
+            if text and not text.endswith("\n"):
+                # a killed run may leave its last line cut short: drop it (that item runs again), so
+                # the next line appended starts on a line of its own
+                text = text[: text.rfind("\n") + 1]
+                atomic_write_text(path, text)
+            for lineno, line in enumerate(text.splitlines(), start=1):
                 if not line.strip():
                     continue
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError:
-                    # the last line of a killed run may be cut short; every earlier line is whole
-                    if lineno == len(path.read_text(encoding="utf-8").splitlines()):
-                        continue
                     raise KnowgicError(f"{path}: line {lineno} is not valid JSON") from None
                 if row.get("key") == key:
                     self.done[row["item"]] = row["record"]
