@@ -60,7 +60,9 @@ def test_entity_matching_to_nodes_and_aliases() -> None:
 def test_relation_mapping_and_similar_relations() -> None:
     templates = {
         "{} studied at": Template("{} studied at", "{} studied at", "Where did {} study?", "version"),
-        "{}'s schoolmate is": Template("{}'s schoolmate is", "{}'s schoolmate is", "Who is {}'s schoolmate?", "v"),
+        "{}'s schoolmate is": Template(
+            "{}'s schoolmate is", "{}'s schoolmate is", "Who is {}'s schoolmate?", "v"
+        ),
     }
     assert map_relation("studied at", templates, 85)[0].prompt == "{} studied at"
     assert map_relation("schoolmate", templates, 85)[0].prompt == "{}'s schoolmate is"
@@ -106,7 +108,11 @@ def _edges(g: nx.MultiDiGraph, path: tuple[str, ...]) -> list[tuple[str, str, st
 
 
 def test_graph_scope_walks_only_the_edits_own_graph() -> None:
-    facts = [_fact("A", "{} r", "B", ("g1",)), _fact("B", "{} r", "T", ("g2",)), _fact("A", "{} s", "T", ("g1",))]
+    facts = [
+        _fact("A", "{} r", "B", ("g1",)),
+        _fact("B", "{} r", "T", ("g2",)),
+        _fact("A", "{} s", "T", ("g1",)),
+    ]
     edit = EditSpec("g1", "A", "{} s", "T", "X", "published", ("g1",))
     assert len(chains_for_edits(facts, [edit], "graph", 5, 0, 100, 0)["edits"][0]["chains"]) == 1
     assert len(chains_for_edits(facts, [edit], "global", 5, 0, 100, 0)["edits"][0]["chains"]) == 2
@@ -134,7 +140,9 @@ def test_constrained_extraction_is_schema_valid_json(random_loaded: LoadedModel)
     spec = load_builder_spec()
     schema = spec.extraction_schema()
     gen = Generator(random_loaded, batch_size=2)
-    outs = gen.generate(["Sentence: Harry Potter studied at Hogwarts.\nJSON:", "Sentence: Paris.\nJSON:"], 120, schema)
+    outs = gen.generate(
+        ["Sentence: Harry Potter studied at Hogwarts.\nJSON:", "Sentence: Paris.\nJSON:"], 120, schema
+    )
     assert len(outs) == 2
     for out in outs:
         value, error = parse_constrained(out)
@@ -182,7 +190,9 @@ def test_cli_bad_seed_file_is_one_line(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert lines[-1] == f"error: {bad}: missing column(s) relation (a seed file needs subject, relation, object)"
+    assert (
+        lines[-1] == f"error: {bad}: missing column(s) relation (a seed file needs subject, relation, object)"
+    )
     assert "Traceback" not in proc.stderr and sum(line.startswith("error") for line in lines) == 1
 
 
@@ -190,7 +200,7 @@ def test_build_help_works() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "knowgic.cli", "build", "--help"], capture_output=True, text=True, check=True
     )
-    assert "--judge" in proc.stdout and 'knowgic[build]' in proc.stdout
+    assert "--judge" in proc.stdout and "knowgic[build]" in proc.stdout
 
 
 # --- review ---------------------------------------------------------------------------------------
@@ -204,7 +214,9 @@ def _grown(*facts: tuple[str, str, str]) -> dict:
             {**f, "relation": r, "question": f"What {r} {s}?", "validation": {"p": 0.5, "known": True},
              "sources": [{"sentence": f"{s} {r} {a}.", "extracted": {}}], "origin": "extracted"}
         )  # fmt: skip
-    templates = [{"relation": r, "prompt": "{} " + r, "question": "What {} " + r + "?"} for r in {f[1] for f in facts}]
+    templates = [
+        {"relation": r, "prompt": "{} " + r, "question": "What {} " + r + "?"} for r in {f[1] for f in facts}
+    ]
     return {"candidates": cands, "proposed_templates": templates, "counts": {"triplets": len(cands)}}
 
 
@@ -236,8 +248,8 @@ def test_review_resumes_without_losing_decisions(tmp_path: Path) -> None:
     final = Build(_cfg(tmp_path)).review(more)
     facts, templates = rv.accepted(final)
     assert templates == {"knows": {"prompt": "{} knows", "question": "Whom does {} know?"}}
-    assert list(facts.values())[0]["question"] == "Whom does A know?"
-    assert list(facts.values())[0]["by"] == "person:ann"
+    assert next(iter(facts.values()))["question"] == "Whom does A know?"
+    assert next(iter(facts.values()))["by"] == "person:ann"
     # dropping a candidate keeps its decision, inactive
     Build(_cfg(tmp_path)).review(_grown(("B", "knows", "C"), ("C", "knows", "D")))
     stale = next(r for r in rv.read_review(path) if r["id"] == grown["candidates"][0]["fact_id"])
@@ -245,14 +257,18 @@ def test_review_resumes_without_losing_decisions(tmp_path: Path) -> None:
 
 
 def test_review_csv_round_trip(tmp_path: Path) -> None:
-    rows = rv.merge_review([], *(lambda g: (g["candidates"], g["proposed_templates"]))(_grown(("A", "knows", "B"))))
+    rows = rv.merge_review(
+        [], *(lambda g: (g["candidates"], g["proposed_templates"]))(_grown(("A", "knows", "B")))
+    )
     out = tmp_path / "r.csv"
     rv.export_csv(rows, out)
     text = out.read_text(encoding="utf-8").replace(",pending,", ",accept,")
     out.write_text(text.replace("A,knows", "Alice,knows", 1), encoding="utf-8")
     assert rv.import_csv(rows, out, "person:csv") == 2
     fact = next(r for r in rows if r["kind"] == "fact")
-    assert fact["decision"] == "edit" and fact["edited"] == {"subject": "Alice"} and fact["by"] == "person:csv"
+    assert (
+        fact["decision"] == "edit" and fact["edited"] == {"subject": "Alice"} and fact["by"] == "person:csv"
+    )
 
 
 def test_review_page_through_gradio_client(tmp_path: Path) -> None:
@@ -304,7 +320,7 @@ def test_resumed_build_equals_uninterrupted(tmp_path: Path) -> None:
     for stop in ("seeds", "query_validation", "expand", "extract"):
         cfg.stop_after = stop
         partial = run_build(cfg)
-        assert partial.ran[-1] == stop and partial.ran[0] != "seeds" or stop == "seeds"
+        assert (partial.ran[-1] == stop and partial.ran[0] != "seeds") or stop == "seeds"
     cfg.stop_after = None
     resumed = run_build(cfg)
     assert "seeds" in resumed.skipped and "expand" in resumed.skipped
@@ -314,7 +330,9 @@ def test_resumed_build_equals_uninterrupted(tmp_path: Path) -> None:
     record = json.loads((tmp_path / "two-out" / "build" / "build.json").read_text(encoding="utf-8"))
     assert record["model"]["id"] == "knowgic-tiny" and record["prompts"]["cot"]
     # every fact traces to its origin and decision
-    prov = [json.loads(x) for x in (tmp_path / "two-out" / "build" / "provenance.jsonl").read_text().splitlines()]
+    prov = [
+        json.loads(x) for x in (tmp_path / "two-out" / "build" / "provenance.jsonl").read_text().splitlines()
+    ]
     assert prov and all(p["review"]["by"] and "p" in p["validation"] for p in prov)
 
 
@@ -329,7 +347,11 @@ def test_interrupted_stage_resumes_from_its_journal(tmp_path: Path) -> None:
     (tmp_path / "build" / "manifest.json").write_text(json.dumps(manifest))
     journal.write_text("\n".join(lines[:2]) + "\n" + lines[2][:10], encoding="utf-8")
     run_build(_cfg(tmp_path, stop_after="expand"))
-    after = [json.loads(x) for x in journal.read_text(encoding="utf-8").splitlines()[2:] if x.startswith("{") and x.endswith("}")]
+    after = [
+        json.loads(x)
+        for x in journal.read_text(encoding="utf-8").splitlines()[2:]
+        if x.startswith("{") and x.endswith("}")
+    ]
     redone = {r["item"] for r in after}
     kept = {json.loads(x)["item"] for x in lines[:2]}
     assert redone.isdisjoint(kept) and len(redone) == len(lines) - 2
@@ -347,7 +369,9 @@ def test_built_folder_validates_loads_and_evaluates(tmp_path: Path) -> None:
     assert report.ok, report.render_text()
     rows = datasets.load_dataset(str(out), "chains", split="test")
     assert len(rows) >= 1 and rows[0]["chain"]["subjects"][0] == rows[0]["requested_rewrite"][0]["subject"]
-    run = evaluate(EvaluationRequest(model="knowgic-tiny", editor="none", dataset_version=str(out)), progress=False)
+    run = evaluate(
+        EvaluationRequest(model="knowgic-tiny", editor="none", dataset_version=str(out)), progress=False
+    )
     ds = run.document["dataset"]
     assert ds["name"] == "knowgic-build" and ds["version"] == "0.1.0"
     assert run.document["counts"]["chains"] == len(rows)

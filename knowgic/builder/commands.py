@@ -109,6 +109,7 @@ def run_build_command(args: argparse.Namespace) -> int:
         seeds_file=args.seeds,
         templates_file=args.templates,
         seed_subjects=args.seed_subjects,
+        max_seeds=args.max_seeds,
         edits=args.edits,
         scope=args.scope,
         expand=args.expand,

@@ -40,7 +40,9 @@ def compare(built: str | Path, reference: str) -> dict[str, Any]:
         missing = paths - got
         for p in missing:
             absent = [f for f in p if f not in built_facts]
-            reasons["a fact of the chain is not in the built graph" if absent else "cut by the per-edit cap"] += 1
+            reasons[
+                "a fact of the chain is not in the built graph" if absent else "cut by the per-edit cap"
+            ] += 1
         per_edit.append(
             {
                 "edit_id": eid,
@@ -51,7 +53,9 @@ def compare(built: str | Path, reference: str) -> dict[str, Any]:
                 "extra": len(got - paths),
             }
         )
-    totals = {k: sum(e[k] for e in per_edit) for k in ("reference", "built", "reproduced", "missing", "extra")}
+    totals = {
+        k: sum(e[k] for e in per_edit) for k in ("reference", "built", "reproduced", "missing", "extra")
+    }
     return {"totals": totals, "missing_reasons": dict(reasons), "per_edit": per_edit}
 
 

@@ -98,7 +98,9 @@ def similar_relations(prompts: Sequence[str], cutoff: float) -> dict[str, list[s
     scores = rapidfuzz.process.cdist(
         phrases, phrases, scorer=rapidfuzz.fuzz.token_set_ratio, processor=rapidfuzz.utils.default_process
     )
-    return {p: [prompts[j] for j in range(len(prompts)) if scores[i][j] >= cutoff] for i, p in enumerate(prompts)}
+    return {
+        p: [prompts[j] for j in range(len(prompts)) if scores[i][j] >= cutoff] for i, p in enumerate(prompts)
+    }
 
 
 def propose_template(spec: BuilderSpec, phrase: str) -> Template:

@@ -58,6 +58,7 @@ class BuildConfig:
     seeds_file: Path | None = None
     templates_file: Path | None = None
     seed_subjects: str = "all"
+    max_seeds: int | None = None  # the first N seed facts only (trial runs, benchmarks)
     edits: str = "published"
     scope: str | None = None  # default: graph for published edits, global for drawn ones
     expand: bool = True
@@ -161,6 +162,7 @@ class Build:
         output = work(key)
         self.store.save(name, key, output)
         self.stage_seconds[name] = round(time.perf_counter() - started, 3)
+        self.store.log_timing(name, self.stage_seconds[name])
         self.ran.append(name)
         if self.cfg.stop_after == name:
             raise _Stopped(name)
@@ -184,6 +186,8 @@ class Build:
     def seeds(self) -> dict[str, Any]:
         cfg = self.cfg
         config: dict[str, Any] = {"seed_subjects": cfg.seed_subjects, "edits": cfg.edits}
+        if cfg.max_seeds is not None:
+            config["max_seeds"] = cfg.max_seeds
         if cfg.source is not None:
             config["source"] = cfg.source
             path = Path(cfg.source)
@@ -209,6 +213,8 @@ class Build:
                     raise KnowgicError("--seed-subjects edits needs a source with edit requests (--from)")
                 subjects = {e.subject for e in edits}
                 facts = [f for f in facts if f.subject in subjects]
+            if cfg.max_seeds is not None:
+                facts = facts[: cfg.max_seeds]
             return {
                 "facts": to_rows(facts),
                 "templates": {k: asdict(v) for k, v in templates.items()},

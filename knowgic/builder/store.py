@@ -123,5 +123,11 @@ class BuildStore:
             raise KnowgicError(f"stage {stage!r} has not run in {self.root}")
         return str(entry["sha256"])
 
+    def log_timing(self, stage: str, seconds: float) -> None:
+        """Append how long a stage ran to ``timings.jsonl`` (kept out of the outputs: they stay
+        byte-identical between runs)."""
+        with (self.root / "timings.jsonl").open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"stage": stage, "seconds": seconds}) + "\n")
+
     def stages(self) -> Iterator[str]:
         yield from self.manifest()
