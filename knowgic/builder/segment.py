@@ -1,6 +1,6 @@
 """Stage 3b, segmentation: each chain of thought split into sentences by ``pysbd`` (rule-based, English).
 
-    {cot_id, output} --pysbd.Segmenter--> [{sentence_id, cot_id, index, text}]
+    {cot_id, output} --pysbd.Segmenter--> distinct sentences --> [{sentence_id, cot_id, index, text}]
 
 The text after the last full stop that the model left unfinished (generation stopped at its token
 budget) is kept as a sentence too: the extractor decides whether it states a fact.
@@ -25,7 +25,8 @@ def segment_text(text: str) -> list[str]:
 def segment(cots: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for cot in cots:
-        for i, sentence in enumerate(segment_text(cot["output"])):
+        # a small model often repeats itself: a sentence said again adds nothing to extract
+        for i, sentence in enumerate(dict.fromkeys(segment_text(cot["output"]))):
             rows.append(
                 {
                     "sentence_id": short_id([cot["cot_id"], str(i), sentence]),
