@@ -401,6 +401,26 @@ def test_round_trip_reproduces_the_published_chains(tmp_path: Path) -> None:
     assert result["reproduced"] >= 1100
     # every published chain that did not come back has a fact the model does not know
     assert set(result["missing_reasons"]) <= {
-        "has a fact the model does not know", "has a fact dropped by the final check"
+        "has a fact the model does not know",
+        "has a fact dropped by the final check",
     }
     shutil.rmtree(out)
+
+
+def test_cli_build_then_review_export(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "knowgic.cli", "build", "--model", "knowgic-tiny", "--seeds", str(SEEDS),
+         "--templates", str(TEMPLATES), "--build-dir", str(tmp_path / "b"), "--out", str(out), "--no-expand",
+         "--max-seeds", "8", "--json"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["counts"]["seed_facts"] == 8 and result["counts"]["chains"] >= 1
+    assert (out / "version.json").is_file()
+    proc = subprocess.run(
+        [sys.executable, "-m", "knowgic.cli", "review", str(tmp_path / "b"), "--export", str(tmp_path / "r.csv")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "does not exist: run knowgic build" in proc.stderr

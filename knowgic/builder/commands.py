@@ -47,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=["all", "edits"],
         help="seed facts: all of the source's, or only those about its edits' subjects (default: all)",
     )
+    p.add_argument("--max-seeds", type=positive_int, metavar="N", help="use only the first N seed facts")
     p.add_argument(
         "--edits",
         default="published",

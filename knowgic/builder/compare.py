@@ -23,7 +23,10 @@ Fact = tuple[str, str, str]
 
 def _paths(rows: list[dict[str, Any]]) -> set[tuple[str, tuple[Fact, ...]]]:
     return {
-        (r["edit_id"], tuple(zip(r["chain"]["subjects"], r["chain"]["prompts"], r["chain"]["answers"], strict=True)))
+        (
+            r["edit_id"],
+            tuple(zip(r["chain"]["subjects"], r["chain"]["prompts"], r["chain"]["answers"], strict=True)),
+        )
         for r in rows
     }
 
