@@ -264,7 +264,9 @@ class Build:
             )
 
         cots = self.stage("expand", cot_cfg, ["query_validation"], do_expand)
-        sentences = self.stage("segment", {"segmenter": "pysbd/en"}, ["expand"], lambda _k: segment(cots))
+        sentences = self.stage(
+            "segment", {"segmenter": "pysbd/en", "repeats": "dropped"}, ["expand"], lambda _k: segment(cots)
+        )
         extractor = self.cfg.extractor or self.cfg.model
         ex_cfg = {
             **self.model_config(extractor),
