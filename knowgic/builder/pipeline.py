@@ -178,6 +178,15 @@ class Build:
 
         return Generator(self.models.get(model), batch_size=self.batch_size)
 
+    def models_is_chat(self) -> bool:
+        """Whether the built model is a chat model (its registry entry says so, without loading it)."""
+        from knowgic.models import registry
+
+        entry = registry.get_offline_model(self.cfg.model)
+        if entry is not None:
+            return entry.is_chat
+        return bool(self.models.get(self.cfg.model).is_chat)
+
     def model_config(self, model: str) -> dict[str, Any]:
         return {"model": model, "dtype": self.cfg.dtype}
 
@@ -264,8 +273,12 @@ class Build:
             )
 
         cots = self.stage("expand", cot_cfg, ["query_validation"], do_expand)
+        lead = not self.models_is_chat() and self.spec.cot["base"].rstrip().endswith("\n{subject}")
         sentences = self.stage(
-            "segment", {"segmenter": "pysbd/en", "repeats": "dropped"}, ["expand"], lambda _k: segment(cots)
+            "segment",
+            {"segmenter": "pysbd/en", "repeats": "dropped", "lead_from_prompt": lead},
+            ["expand"],
+            lambda _k: segment(cots, lead),
         )
         extractor = self.cfg.extractor or self.cfg.model
         ex_cfg = {

@@ -22,11 +22,14 @@ def segment_text(text: str) -> list[str]:
     return [s.strip() for s in segmenter.segment(text) if s.strip()]
 
 
-def segment(cots: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def segment(cots: Sequence[dict[str, Any]], lead_from_prompt: bool = False) -> list[dict[str, Any]]:
+    """``lead_from_prompt``: the prompt ends with the start of the model's first sentence (the base
+    template's last line is the subject), so that line is put back in front of the output."""
     rows = []
     for cot in cots:
+        lead = cot["prompt"].rsplit("\n", 1)[-1] if lead_from_prompt else ""
         # a small model often repeats itself: a sentence said again adds nothing to extract
-        for i, sentence in enumerate(dict.fromkeys(segment_text(cot["output"]))):
+        for i, sentence in enumerate(dict.fromkeys(segment_text(lead + cot["output"]))):
             rows.append(
                 {
                     "sentence_id": short_id([cot["cot_id"], str(i), sentence]),
