@@ -358,8 +358,10 @@ class Build:
     def graph_facts(
         self, validated: list[dict[str, Any]], grown: dict[str, Any] | None, rows: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
+        # a seed fact was decided by whoever made the seeds (a published version's review, or the seed file)
+        by = f"seed:{self.cfg.source or self.cfg.seeds_file}"
         facts = [
-            {**f, "review": {"decision": "seed", "by": "seed"}} for f in validated if f["validation"]["known"]
+            {**f, "review": {"decision": "seed", "by": by}} for f in validated if f["validation"]["known"]
         ]
         if grown is None:
             return facts
