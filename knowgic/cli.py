@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "knowgic.models.commands",  # models list, prepare
     "knowgic.editors.commands",  # editors list
     "knowgic.evaluation.commands",  # evaluate, bench
+    "knowgic.builder.commands",  # build, review
     "runner.store_commands",  # store add, store list
     "runner.commands",  # runner submit, worker, status, logs, requeue, cancel
     "leaderboard.commands",  # leaderboard

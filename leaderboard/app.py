@@ -139,7 +139,9 @@ class LeaderboardState:
         if (scan is not None and not scan.unverified) or self._closed.is_set():
             return
         self.progress = (0, 0) if scan is None else (0, len(scan.unverified))
-        self._verifier = threading.Thread(target=self._verify, args=(scan,), name="knowgic-verify", daemon=True)
+        self._verifier = threading.Thread(
+            target=self._verify, args=(scan,), name="knowgic-verify", daemon=True
+        )
         self._verifier.start()
 
     def _verify(self, scan: StoreScan | None) -> None:

@@ -86,7 +86,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--mode", help=f"independent or sequential (default: {_spec_default('default_mode')}, the spec's)"
     )
-    p.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
+    p.add_argument(
+        "--dataset-version",
+        "--dataset",
+        dest="dataset_version",
+        metavar="VERSION|PATH",
+        help="KnowGIC version (default: the latest) or a dataset folder, e.g. one knowgic build wrote",
+    )
     p.add_argument("--limit", type=positive_int, help="evaluate only the first N distinct edits")
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the editor's and the generate protocol's randomness"
@@ -136,7 +142,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--seed", type=int, default=0, help="seed of the editors' and the generate protocol's randomness"
     )
     s.add_argument("--mode", help="independent or sequential (default: the spec's default_mode)")
-    s.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
+    s.add_argument(
+        "--dataset-version",
+        "--dataset",
+        dest="dataset_version",
+        metavar="VERSION|PATH",
+        help="KnowGIC version (default: the latest) or a dataset folder, e.g. one knowgic build wrote",
+    )
     s.add_argument("--limit", type=positive_int, help="evaluate only the first N distinct edits")
     s.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
     s.add_argument(

@@ -63,6 +63,7 @@ class EvaluationRequest:
     protocol: str = field(default_factory=lambda: load_evaluation_spec().default_protocol)
     protocol_overrides: dict[str, Any] = field(default_factory=dict)
     mode: str = field(default_factory=lambda: load_evaluation_spec().default_mode)
+    # A version name shipped with the package (None: the latest) or a dataset folder's path.
     dataset_version: str | None = None
     limit: int | None = None
     seed: int = 0
@@ -91,7 +92,7 @@ class EvaluationRun:
 
 def check_request(request: EvaluationRequest) -> type[Editor]:
     """Validate everything that does not need the model; return the editor class."""
-    from knowgic.dataset.versions import version_dir
+    from knowgic.dataset.folder import open_dataset
     from knowgic.models.loading import resolve_source
     from knowgic.scoring import make_scorer
 
@@ -111,7 +112,7 @@ def check_request(request: EvaluationRequest) -> type[Editor]:
     if request.limit is not None and request.limit < 1:
         raise KnowgicError(f"--limit must be a positive number of edits, got {request.limit}")
     make_scorer(request.protocol, **request.protocol_overrides)  # unknown protocol/params fail here
-    version_dir(request.dataset_version)  # unknown version fails here
+    open_dataset(request.dataset_version)  # an unknown version or a broken folder fails here
     editor_cls = resolve_editor(request.editor)
     if request.stats_corpus is not None or request.stats_samples is not None:
         if not editor_cls.uses_key_statistics:
@@ -237,15 +238,16 @@ def evaluate(
     score stage passes the editor that replays recorded deltas. ``private``: a private split whose chains
     of the run's edits are scored too (:mod:`knowgic.evaluation.private`), into ``document["private"]``.
     """
-    from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
+    from knowgic.dataset.folder import open_dataset
     from knowgic.models.loading import load_model
     from knowgic.scoring import make_scorer
 
     editor_cls = check_request(request)
     started = time.perf_counter()
-    ref = dataset_ref(request.dataset_version, config="chains")
-    cases = load_cases(ref.version)
-    plan = build_plan(cases, load_aliases(ref.version), limit=request.limit)
+    dataset = open_dataset(request.dataset_version)
+    ref = dataset.ref("chains")
+    cases = dataset.cases()
+    plan = build_plan(cases, dataset.clean_aliases(), limit=request.limit)
     second = None
     if private is not None:
         from knowgic.evaluation.private import private_plan

@@ -1,0 +1,51 @@
+"""Stage 3a, chain-of-thought expansion: the model reasons step by step about each validated fact.
+
+    validated fact --spec cot prompt--> batched greedy generation --journal--> {fact_id, prompt, output}
+
+Each output is journaled as soon as its batch finishes, so an interrupted expansion resumes where it
+stopped; the prompt text is kept with the output (traceability).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from knowgic.builder.generation import Generator, check_answers
+from knowgic.builder.spec import BuilderSpec
+from knowgic.builder.store import Journal
+
+
+def cot_prompt(spec: BuilderSpec, fact: dict[str, Any], chat: bool) -> str:
+    template = spec.cot["chat" if chat else "base"]
+    return template.format(question=fact["question"], answer=fact["answer"], subject=fact["subject"])
+
+
+def expand(
+    facts: Sequence[dict[str, Any]],
+    generator: Generator,
+    spec: BuilderSpec,
+    journal: Journal,
+    max_new_tokens: int,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """One chain of thought per fact, in input order (``cot_id`` = the fact's id)."""
+    todo = [f for f in facts if f["fact_id"] not in journal.done]
+    prompts = [cot_prompt(spec, f, generator.loaded.is_chat) for f in todo]
+    bar = tqdm(total=len(todo), desc="chain of thought", disable=not progress, leave=False)
+
+    def record(start: int, outputs: list[str]) -> None:
+        for fact, prompt, output in zip(todo[start:], prompts[start:], outputs, strict=False):
+            journal.add(
+                fact["fact_id"],
+                {"cot_id": fact["fact_id"], "fact_id": fact["fact_id"], "prompt": prompt, "output": output},
+            )
+        bar.update(len(outputs))
+
+    generator.generate(prompts, max_new_tokens, on_batch=record)
+    bar.close()
+    rows = [journal.done[f["fact_id"]] for f in facts]
+    check_answers([r["output"] for r in rows], "chain-of-thought expansion", generator.label)
+    return rows

@@ -1,0 +1,173 @@
+"""Stage 7, output: the chains as a dataset version folder in the project's schemas.
+
+    edits with chains --rows (case_id, requested_rewrite, chain, broader_context, edit_id, flags)-->
+    data/{chains,edits,facts}-test.jsonl + aliases.json + README.md (card) + CHANGELOG.md + version.json
+    + build/build.json (model, revision, prompts, seeds, review, counts)
+    + build/provenance.jsonl (per fact: prompt, model output, sentence, extraction, validation, decision)
+
+The folder is written next to its final place and renamed over it, so a reader never sees half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from knowgic.dataset.build import DATA_FILES
+from knowgic.dataset.card import CITATION, ChangelogEntry, render_card, render_changelog
+from knowgic.dataset.checks import check_aliases, check_chains, row_flags
+from knowgic.dataset.derive import edit_rows, fact_rows
+from knowgic.dataset.io import aliases_text, atomic_write_text, canonical_json, jsonl_text, sha256_text
+from knowgic.dataset.schemas import CONFIG_SCHEMAS, validator
+from knowgic.dataset.versions import ALIASES_FILE, VERSION_FILE
+from knowgic.errors import KnowgicError
+from knowgic.records import EditRequest
+
+BUILD_RECORD = "build/build.json"
+PROVENANCE = "build/provenance.jsonl"
+
+
+def _block(facts: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    return {
+        "questions": [f["question"] for f in facts],
+        "answers": [f["answer"] for f in facts],
+        "prompts": [f["prompt"] for f in facts],
+        "subjects": [f["subject"] for f in facts],
+    }
+
+
+def chain_rows(graph_out: Mapping[str, Any], facts: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for entry in graph_out["edits"]:
+        e = entry["edit"]
+        request = EditRequest(
+            prompt=e["prompt"], subject=e["subject"], target_true=e["target_true"], target_new=e["target_new"]
+        )
+        for path in entry["chains"]:
+            steps = [facts[fid] for fid in path]
+            broader = [f for f in steps if f["subject"] != e["subject"]]
+            row = {
+                "case_id": len(rows),
+                "requested_rewrite": [request.to_upstream()],
+                "chain": _block(steps),
+                "broader_context": _block(broader),
+                "edit_id": request.edit_id,
+            }
+            row["flags"] = row_flags(row)
+            rows.append(row)
+    return rows
+
+
+def _check(config: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    v = validator(CONFIG_SCHEMAS[config])
+    for i, row in enumerate(rows):
+        error = next(iter(v.iter_errors(row)), None)
+        if error is not None:
+            pointer = "/" + "/".join(str(p) for p in error.absolute_path)
+            raise KnowgicError(f"built {config} row {i} breaks its schema at {pointer}: {error.message}")
+
+
+def _build_section(record: Mapping[str, Any]) -> str:
+    c = record["counts"]
+    lines = [
+        "## How this version was built\n",
+        f"Built by `knowgic build` from the model `{record['model']['id']}` (revision "
+        f"`{record['model']['revision']}`), seeded from {record['seeds']['source']}. Every fact was asked "
+        f"to the model through the `{record['protocol']['name']}` protocol and kept only when the model knows "
+        "it by the metrics' own rule; new facts come from the model's own chain of thought, extracted as "
+        "triplets under a JSON constraint, validated the same way and reviewed "
+        f"({', '.join(record['review']['by']) or 'no new facts to review'}).\n",
+        "| stage | count |",
+        "| --- | --- |",
+    ]
+    lines += [f"| {k.replace('_', ' ')} | {v} |" for k, v in c.items()]
+    lines.append(
+        f"\nPrompts, seeds and settings are in `{BUILD_RECORD}`; every fact's origin (the prompt, the "
+        f"model's output, the sentence, the extraction, its validation score and the review decision) is "
+        f"in `{PROVENANCE}`.\n"
+    )
+    return "\n".join(lines)
+
+
+def version_files(
+    name: str,
+    version: str,
+    rows: list[dict[str, Any]],
+    aliases: Mapping[str, Sequence[str]],
+    record: Mapping[str, Any],
+    provenance: Sequence[Mapping[str, Any]],
+    license_text: str | None,
+) -> dict[str, str]:
+    if not rows:
+        raise KnowgicError("the build found no chains: nothing to write (see the counts in the build folder)")
+    configs = {"chains": rows, "edits": edit_rows(rows), "facts": fact_rows(rows, aliases)}
+    for config, config_rows in configs.items():
+        _check(config, config_rows)
+    # only the aliases of entities the version uses (smaller, and the alias checks stay meaningful)
+    used = {f["answer"] for f in configs["facts"]} | {f["subject"] for f in configs["facts"]}
+    aliases = {k: list(v) for k, v in sorted(aliases.items()) if k in used}
+    sha256 = sha256_text(canonical_json({"aliases": aliases, **configs}))
+    findings = check_chains(rows) + check_aliases(aliases, rows)
+    summary = (
+        f"A model-specific KnowGIC graph: {len(configs['edits'])} edits, {len(rows)} chains over "
+        f"{len(configs['facts'])} facts that `{record['model']['id']}` knows."
+    )
+    entry = ChangelogEntry(version, summary, (f"Built by `knowgic build` ({record['build_key'][:12]}).",))
+    files = {DATA_FILES[c]: jsonl_text(r) for c, r in configs.items()}
+    files[ALIASES_FILE] = aliases_text(aliases) if aliases else "{}\n"
+    card = render_card(version, summary, sha256, DATA_FILES, configs, aliases, findings, entry)
+    files["README.md"] = card.rstrip("\n") + "\n\n" + _build_section(record)
+    files["CHANGELOG.md"] = render_changelog([entry])
+    if license_text:
+        files["LICENSE"] = license_text
+    files["CITATION.bib"] = CITATION
+    files[BUILD_RECORD] = json.dumps(record, indent=1, ensure_ascii=False) + "\n"
+    files[PROVENANCE] = jsonl_text(provenance)
+    info = {
+        "name": name,
+        "version": version,
+        "sha256": sha256,
+        "canonical_content": (
+            'sha256 of the UTF-8 JSON {"aliases": <aliases.json>, "chains": [rows], "edits": [rows], '
+            '"facts": [rows]} with sorted keys, no whitespace, non-ASCII characters kept; rows in file order'
+        ),
+        "source": {"builder": "knowgic build", "model": record["model"], "seeds": record["seeds"]["source"]},
+        "based_on": record["seeds"].get("version"),
+        "configs": {c: {"path": DATA_FILES[c], "split": "test", "rows": len(r)} for c, r in configs.items()},
+        "aliases": {"path": ALIASES_FILE, "entities": len(aliases)},
+        "files": {
+            path: {"size": len(text.encode("utf-8")), "sha256": sha256_text(text)}
+            for path, text in sorted(files.items())
+        },
+    }
+    files[VERSION_FILE] = json.dumps(info, indent=2, ensure_ascii=False) + "\n"
+    return files
+
+
+def write_folder(out: Path, files: Mapping[str, str], overwrite: bool) -> None:
+    if out.exists() and any(out.iterdir()):
+        if not (out / VERSION_FILE).is_file():
+            raise KnowgicError(f"{out} exists and is not a dataset folder; choose another --out")
+        if not overwrite:
+            raise KnowgicError(f"{out} already holds a dataset version; pass --overwrite to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; a dataset folder is an ordinary one
+    try:
+        for rel, text in files.items():
+            atomic_write_text(tmp / rel, text)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,655 @@
+"""The build, stage by stage; each stage is skipped when its inputs and settings did not change.
+
+    1 seeds ──> 2 query_validation ──> 3 expand ─> segment ─> extract ─> match ──> 4 triplet_validation
+                                                                                        │
+    7 output <── 6 graph <── edits (published, or drawn from every fact) <── 5 review (file/page/judge)
+
+Stage outputs live under the build folder (:mod:`knowgic.builder.store`); the review file is never
+recomputed, only merged. Models load lazily: a rerun whose stages are all cached loads none.
+"""
+
+from __future__ import annotations
+
+import getpass
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from knowgic.builder import review as rv
+from knowgic.builder.graph import EditSpec, chains_for_edits
+from knowgic.builder.match import similar_relations
+from knowgic.builder.seeds import (
+    SeedEdit,
+    Template,
+    counterfactual,
+    read_templates,
+    seeds_from_file,
+    seeds_from_version,
+    to_rows,
+)
+from knowgic.builder.spec import BuilderSpec, load_builder_spec
+from knowgic.builder.store import BuildStore, stage_key
+from knowgic.dataset.derive import fact_id
+from knowgic.dataset.io import file_sha256, sha256_text
+from knowgic.errors import KnowgicError
+from knowgic.records import EditRequest
+
+SEED_SUBJECTS = ("all", "edits")
+EDIT_MODES = ("published", "all")
+SCOPES = ("graph", "global")
+
+
+class ReviewPending(KnowgicError):
+    """The build stopped at the review stage: decisions are missing (exit code 4)."""
+
+    exit_code = 4
+
+
+@dataclass
+class BuildConfig:
+    model: str
+    build_dir: Path
+    out: Path | None = None
+    source: str | None = None  # --from: a version name or a dataset folder
+    seeds_file: Path | None = None
+    templates_file: Path | None = None
+    seed_subjects: str = "all"
+    max_seeds: int | None = None  # the first N seed facts only (trial runs, benchmarks)
+    edits: str = "published"
+    scope: str | None = None  # default: graph for published edits, global for drawn ones
+    expand: bool = True
+    extractor: str | None = None
+    judge: str | None = None
+    protocol: str | None = None
+    name: str = "knowgic-build"
+    version: str = "0.1.0"
+    max_chains_per_edit: int | None = None
+    max_steps: int | None = None
+    seed: int | None = None
+    batch_size: int | None = None
+    dtype: str = "float32"
+    device: str = "auto"
+    reviewer: str = field(default_factory=lambda: getpass.getuser())
+    progress: bool = True
+    overwrite: bool = False
+    stop_after: str | None = None  # tests and resumption checks: stop once this stage is done
+
+    def check(self) -> None:
+        if (self.source is None) == (self.seeds_file is None):
+            raise KnowgicError("give exactly one of --from VERSION|FOLDER and --seeds FILE")
+        if self.seeds_file is not None and self.templates_file is None:
+            raise KnowgicError("--seeds needs --templates (a YAML of relation -> {prompt, question})")
+        if self.seeds_file is not None and self.edits == "published":
+            self.edits = "all"  # a seed file has no edit requests of its own
+        for value, allowed, what in (
+            (self.seed_subjects, SEED_SUBJECTS, "--seed-subjects"),
+            (self.edits, EDIT_MODES, "--edits"),
+        ):
+            if value not in allowed:
+                raise KnowgicError(f"{what} must be one of {', '.join(allowed)}, got {value!r}")
+        if self.scope is None:
+            self.scope = "graph" if self.edits == "published" else "global"
+        if self.scope not in SCOPES:
+            raise KnowgicError(f"--scope must be one of {', '.join(SCOPES)}, got {self.scope!r}")
+
+
+@dataclass
+class BuildResult:
+    counts: dict[str, int]
+    ran: list[str]
+    skipped: list[str]
+    out: Path | None
+    seconds: float
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+
+class _Models:
+    """Loads each model once, on first use."""
+
+    def __init__(self, cfg: BuildConfig) -> None:
+        self.cfg = cfg
+        self.loaded: dict[str, Any] = {}
+
+    def get(self, name: str) -> Any:
+        if name not in self.loaded:
+            from knowgic.models.loading import load_model
+
+            self.loaded[name] = load_model(
+                name, dtype=self.cfg.dtype, device=self.cfg.device, progress=self.cfg.progress
+            )
+        return self.loaded[name]
+
+
+def _log(cfg: BuildConfig, text: str) -> None:
+    if cfg.progress:
+        print(text, file=sys.stderr, flush=True)
+
+
+class Build:
+    def __init__(self, cfg: BuildConfig, spec: BuilderSpec | None = None) -> None:
+        cfg.check()
+        self.cfg = cfg
+        self.spec = spec or load_builder_spec()
+        d = self.spec.defaults
+        self.protocol = cfg.protocol or str(d["protocol"])
+        self.cap = (
+            cfg.max_chains_per_edit if cfg.max_chains_per_edit is not None else int(d["max_chains_per_edit"])
+        )
+        self.max_steps = cfg.max_steps or int(d["max_chain_steps"])
+        self.seed = cfg.seed if cfg.seed is not None else int(d["seed"])
+        self.batch_size = cfg.batch_size or int(d["batch_size"])
+        self.store = BuildStore(cfg.build_dir)
+        self.models = _Models(cfg)
+        self.ran: list[str] = []
+        self.skipped: list[str] = []
+        self.stage_seconds: dict[str, float] = {}
+        self.revision = ""
+
+    # --- the stage runner -------------------------------------------------------------------------
+
+    def stage(self, name: str, config: dict[str, Any], inputs: list[str], work: Callable[[str], Any]) -> Any:
+        key = stage_key(name, config, {i: self.store.digest(i) for i in inputs})
+        cached = self.store.cached(name, key)
+        if cached is not None:
+            self.skipped.append(name)
+            return cached
+        _log(self.cfg, f"stage {name}")
+        started = time.perf_counter()
+        output = work(key)
+        self.store.save(name, key, output)
+        self.stage_seconds[name] = round(time.perf_counter() - started, 3)
+        self.store.log_timing(name, self.stage_seconds[name])
+        self.ran.append(name)
+        if self.cfg.stop_after == name:
+            raise _Stopped(name)
+        return output
+
+    def scorer(self) -> Any:
+        from knowgic.scoring import make_scorer
+
+        return make_scorer(self.protocol)
+
+    def generator(self, model: str) -> Any:
+        from knowgic.builder.generation import Generator
+
+        return Generator(self.models.get(model), batch_size=self.batch_size)
+
+    def models_is_chat(self) -> bool:
+        """Whether the built model is a chat model (its registry entry says so, without loading it)."""
+        from knowgic.models import registry
+
+        entry = registry.get_offline_model(self.cfg.model)
+        if entry is not None:
+            return entry.is_chat
+        return bool(self.models.get(self.cfg.model).is_chat)
+
+    def model_config(self, model: str) -> dict[str, Any]:
+        return {"model": model, "dtype": self.cfg.dtype}
+
+    # --- stages -----------------------------------------------------------------------------------
+
+    def seeds(self) -> dict[str, Any]:
+        cfg = self.cfg
+        config: dict[str, Any] = {"seed_subjects": cfg.seed_subjects, "edits": cfg.edits}
+        if cfg.max_seeds is not None:
+            config["max_seeds"] = cfg.max_seeds
+        if cfg.source is not None:
+            config["source"] = cfg.source
+            path = Path(cfg.source)
+            if path.is_dir():
+                config["source_sha256"] = sha256_text((path / "version.json").read_text(encoding="utf-8"))
+        else:
+            config["seeds_sha256"] = file_sha256(cfg.seeds_file)  # type: ignore[arg-type]
+            config["templates_sha256"] = file_sha256(cfg.templates_file)  # type: ignore[arg-type]
+
+        def work(_key: str) -> dict[str, Any]:
+            edits: list[SeedEdit] = []
+            aliases: dict[str, list[str]] = {}
+            if cfg.source is not None:
+                facts, templates, edits, aliases = seeds_from_version(cfg.source)
+            else:
+                templates = read_templates(cfg.templates_file)  # type: ignore[arg-type]
+                facts = seeds_from_file(cfg.seeds_file, templates)  # type: ignore[arg-type]
+                for f in facts:
+                    if f.aliases:
+                        aliases.setdefault(f.answer, list(f.aliases))
+            if cfg.seed_subjects == "edits":
+                if not edits:
+                    raise KnowgicError("--seed-subjects edits needs a source with edit requests (--from)")
+                subjects = {e.subject for e in edits}
+                facts = [f for f in facts if f.subject in subjects]
+            if cfg.max_seeds is not None:
+                facts = facts[: cfg.max_seeds]
+            return {
+                "facts": to_rows(facts),
+                "templates": {k: asdict(v) for k, v in templates.items()},
+                "edits": to_rows(edits),
+                "aliases": aliases,
+            }
+
+        return self.stage("seeds", config, [], work)
+
+    def query_validation(self, seeds: dict[str, Any]) -> list[dict[str, Any]]:
+        from knowgic.builder.validate import score_facts
+
+        def work(_key: str) -> dict[str, Any]:
+            loaded = self.models.get(self.cfg.model)
+            return {"revision": loaded.revision, "facts": score_facts(seeds["facts"], loaded, self.scorer())}
+
+        config = {**self.model_config(self.cfg.model), "protocol": self.protocol}
+        out = self.stage("query_validation", config, ["seeds"], work)
+        self.revision = out["revision"]
+        return out["facts"]
+
+    def grow(self, seeds: dict[str, Any], validated: list[dict[str, Any]]) -> dict[str, Any]:
+        """Stages 3 and 4: chain of thought, segmentation, extraction, matching, triplet validation."""
+        from knowgic.builder.expand import expand
+        from knowgic.builder.extract import extract
+        from knowgic.builder.match import match
+        from knowgic.builder.segment import segment
+        from knowgic.builder.validate import score_facts
+
+        d = self.spec.defaults
+        known = [f for f in validated if f["validation"]["known"]]
+        cot_cfg = {
+            **self.model_config(self.cfg.model),
+            "cot": self.spec.cot,
+            "max_new_tokens": d["cot_max_new_tokens"],
+        }
+
+        def do_expand(key: str) -> list[dict[str, Any]]:
+            journal = self.store.journal("expand", key)
+            return expand(
+                known,
+                self.generator(self.cfg.model),
+                self.spec,
+                journal,
+                int(d["cot_max_new_tokens"]),
+                self.cfg.progress,
+            )
+
+        cots = self.stage("expand", cot_cfg, ["query_validation"], do_expand)
+        lead = not self.models_is_chat() and self.spec.cot["base"].rstrip().endswith("\n{subject}")
+        sentences = self.stage(
+            "segment",
+            {"segmenter": "pysbd/en", "repeats": "dropped", "lead_from_prompt": lead},
+            ["expand"],
+            lambda _k: segment(cots, lead),
+        )
+        extractor = self.cfg.extractor or self.cfg.model
+        ex_cfg = {
+            **self.model_config(extractor),
+            "extraction": self.spec.extraction,
+            "schema": self.spec.extraction_schema(),
+            "max_new_tokens": d["extract_max_new_tokens"],
+        }
+
+        def do_extract(key: str) -> list[dict[str, Any]]:
+            journal = self.store.journal("extract", key)
+            return extract(
+                sentences,
+                self.generator(extractor),
+                self.spec,
+                journal,
+                int(d["extract_max_new_tokens"]),
+                self.cfg.progress,
+            )
+
+        extractions = self.stage("extract", ex_cfg, ["segment"], do_extract)
+        templates = {k: Template(**v) for k, v in seeds["templates"].items()}
+        match_cfg = {
+            "entity_match_cutoff": d["entity_match_cutoff"],
+            "relation_match_cutoff": d["relation_match_cutoff"],
+            "new_relation": self.spec.new_relation,
+        }
+
+        def do_match(_key: str) -> dict[str, Any]:
+            return match(
+                extractions,
+                {s["sentence_id"]: s for s in sentences},
+                {c["cot_id"]: c for c in cots},
+                known,
+                templates,
+                seeds["aliases"],
+                self.spec,
+            )
+
+        matched = self.stage(
+            "match", match_cfg, ["extract", "segment", "expand", "query_validation"], do_match
+        )
+
+        def do_validate(_key: str) -> dict[str, Any]:
+            cands = matched["candidates"]
+            scored = score_facts(
+                cands, self.models.get(self.cfg.model), self.scorer(), gold_from=known + cands
+            )
+            return {**matched, "candidates": scored}
+
+        tv_cfg = {**self.model_config(self.cfg.model), "protocol": self.protocol}
+        return self.stage("triplet_validation", tv_cfg, ["match"], do_validate)
+
+    def review(self, grown: dict[str, Any] | None) -> list[dict[str, Any]]:
+        path = self.cfg.build_dir / rv.REVIEW_FILE
+        rows = rv.read_review(path)
+        if grown is None:
+            return rows
+        candidates = [c for c in grown["candidates"] if c["validation"]["known"]]
+        used = {c["relation"] for c in candidates}
+        proposed = [t for t in grown["proposed_templates"] if t["relation"] in used]
+        rows = rv.merge_review(rows, candidates, proposed)
+        rv.write_review(path, rows)
+        if self.cfg.judge and rv.pending(rows):
+            judge_cfg = {**self.model_config(self.cfg.judge), "judge": self.spec.judge}
+            journal = self.store.journal("judge", stage_key("judge", judge_cfg, {}))
+            rv.run_judge(rows, self.generator(self.cfg.judge), self.spec, journal, self.cfg.progress)
+            rv.write_review(path, rows)
+        waiting = rv.pending(rows)
+        if waiting:
+            raise ReviewPending(
+                f"{len(waiting)} review decisions pending in {path}: decide them with `knowgic review "
+                f"{self.cfg.build_dir}` (or in the file, or with --judge MODEL), then run this build again"
+            )
+        return rows
+
+    def graph_facts(
+        self, validated: list[dict[str, Any]], grown: dict[str, Any] | None, rows: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        # a seed fact was decided by whoever made the seeds (a published version's review, or the seed file)
+        by = f"seed:{self.cfg.source or self.cfg.seeds_file}"
+        facts = [
+            {**f, "review": {"decision": "seed", "by": by}} for f in validated if f["validation"]["known"]
+        ]
+        if grown is None:
+            return facts
+        decided, _templates = rv.accepted(rows)
+        by_id = {c["fact_id"]: c for c in grown["candidates"]}
+        for rid, final in decided.items():
+            cand = by_id.get(rid)
+            if cand is None:
+                continue
+            fact = {**cand, **{k: final[k] for k in rv.EDITABLE}}
+            fact["fact_id"] = fact_id(fact["subject"], fact["prompt"], fact["answer"])
+            fact["review"] = {
+                "decision": final["decision"],
+                "by": final["by"],
+                "at": final["at"],
+                "review_id": rid,
+            }
+            facts.append(fact)
+        distinct: dict[str, dict[str, Any]] = {}
+        for f in facts:
+            distinct.setdefault(f["fact_id"], f)
+        return list(distinct.values())
+
+    def edit_specs(self, seeds: dict[str, Any], facts: list[dict[str, Any]]) -> tuple[list[EditSpec], int]:
+        if self.cfg.edits == "published":
+            return [
+                EditSpec(
+                    e["edit_id"],
+                    e["subject"],
+                    e["prompt"],
+                    e["target_true"],
+                    e["target_new"],
+                    "published",
+                    (e["edit_id"],),
+                )
+                for e in seeds["edits"]
+            ], 0
+        objects: dict[str, list[str]] = defaultdict(list)
+        gold: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for f in facts:
+            objects[f["prompt"]].append(f["answer"])
+            gold[(f["subject"], f["prompt"])].add(f["answer"])
+        specs, missing = [], 0
+        similar = similar_relations(list(objects), float(self.spec.defaults["relation_match_cutoff"]))
+        for f in facts:
+            golds = gold[(f["subject"], f["prompt"])]
+            new = counterfactual(f, objects[f["prompt"]], golds, self.seed)
+            if new is None:  # a relation with one object: its similar relations' objects
+                pool = [o for p in similar[f["prompt"]] for o in objects[p]]
+                new = counterfactual(f, pool, golds, self.seed)
+            if new is None:
+                missing += 1
+                continue
+            eid = EditRequest(f["prompt"], f["subject"], f["answer"], new).edit_id
+            specs.append(
+                EditSpec(eid, f["subject"], f["prompt"], f["answer"], new, "drawn", tuple(f["graphs"]))
+            )
+        return specs, missing
+
+    def consistent_chains(self, facts: list[dict[str, Any]], edits: list[EditSpec]) -> dict[str, Any]:
+        """Chains whose every fact the model knows as the output version will pose it.
+
+        The evaluation counts ``n_gold`` over the facts on the version's chains, which are fewer than the
+        graph's, so a fact known with n_gold = 3 may be unknown with n_gold = 2 (the known rule is a top-m
+        rank). Facts on chains are scored again with the version's own n_gold; unknown ones leave the
+        graph and the chains are enumerated again, until none drops (a few rounds at most).
+        """
+        from knowgic.builder.validate import score_facts
+
+        d = self.spec.defaults
+        kept, dropped = list(facts), []
+        for _ in range(8):
+            out = chains_for_edits(
+                kept,
+                edits,
+                self.cfg.scope or "graph",
+                self.max_steps,
+                self.cap,
+                int(d["enumeration_limit"]),
+                self.seed,
+            )
+            used = {fid for e in out["edits"] for chain in e["chains"] for fid in chain}
+            on_chains = [f for f in kept if f["fact_id"] in used]
+            if not on_chains:
+                break
+            rescored = score_facts(on_chains, self.models.get(self.cfg.model), self.scorer())
+            unknown = {f["fact_id"] for f in rescored if not f["validation"]["known"]}
+            if not unknown:
+                break
+            dropped += sorted(unknown)
+            kept = [f for f in kept if f["fact_id"] not in unknown]
+        out["dropped_by_final_check"] = dropped
+        return out
+
+    # --- the whole build --------------------------------------------------------------------------
+
+    def run(self) -> BuildResult:
+        started = time.perf_counter()
+        try:
+            return self._run(started)
+        except _Stopped:
+            return BuildResult(
+                {}, self.ran, self.skipped, None, time.perf_counter() - started, self.stage_seconds
+            )
+
+    def _run(self, started: float) -> BuildResult:
+        from knowgic.builder.output import chain_rows, version_files, write_folder
+
+        cfg, d = self.cfg, self.spec.defaults
+        seeds = self.seeds()
+        validated = self.query_validation(seeds)
+        grown = self.grow(seeds, validated) if cfg.expand else None
+        rows = self.review(grown)
+        facts = self.graph_facts(validated, grown, rows)
+        edits, no_counterfactual = self.edit_specs(seeds, facts)
+        graph_cfg = {
+            "scope": cfg.scope,
+            "max_steps": self.max_steps,
+            "cap": self.cap,
+            "limit": int(d["enumeration_limit"]),
+            "seed": self.seed,
+            "facts_sha256": sha256_text(rv.dumps(facts)),
+            "edits": [vars(e) for e in edits],
+        }
+
+        def do_graph(_key: str) -> dict[str, Any]:
+            return self.consistent_chains(facts, edits)
+
+        graph_out = self.stage("graph", graph_cfg, ["query_validation"], do_graph)
+        by_id = {f["fact_id"]: f for f in facts}
+        chains = chain_rows(graph_out, by_id)
+        counts = self.counts(
+            seeds, validated, grown, rows, facts, edits, no_counterfactual, graph_out, chains
+        )
+        out = None
+        if cfg.out is not None:
+            record = self.record(seeds, counts, rows)
+            provenance = self.provenance(facts, graph_out, grown)
+            license_text = None
+            if cfg.source is not None:
+                from knowgic.dataset.folder import open_dataset
+
+                lic = open_dataset(cfg.source).folder / "LICENSE"
+                license_text = lic.read_text(encoding="utf-8") if lic.is_file() else None
+            aliases = dict(seeds["aliases"])
+            files = version_files(cfg.name, cfg.version, chains, aliases, record, provenance, license_text)
+            write_folder(cfg.out, files, cfg.overwrite)
+            out = cfg.out
+        return BuildResult(
+            counts, self.ran, self.skipped, out, time.perf_counter() - started, self.stage_seconds
+        )
+
+    def counts(
+        self,
+        seeds: dict[str, Any],
+        validated: list[dict[str, Any]],
+        grown: dict[str, Any] | None,
+        rows: list[dict[str, Any]],
+        facts: list[dict[str, Any]],
+        edits: list[EditSpec],
+        no_cf: int,
+        graph_out: dict[str, Any],
+        chains: list[dict[str, Any]],
+    ) -> dict[str, int]:
+        c: dict[str, int] = {
+            "seed_facts": len(seeds["facts"]),
+            "seed_facts_known": sum(f["validation"]["known"] for f in validated),
+        }
+        if grown is not None:
+            cands = grown["candidates"]
+            c.update(
+                {
+                    "triplets_extracted": grown["counts"]["triplets"],
+                    "new_candidate_facts": len(cands),
+                    "new_facts_known": sum(x["validation"]["known"] for x in cands),
+                    "new_facts_accepted": sum(1 for f in facts if f.get("origin") == "extracted"),
+                    "proposed_templates": len(grown["proposed_templates"]),
+                }
+            )
+        with_chains = [e for e in graph_out["edits"] if e["chains"]]
+        c.update(
+            {
+                "graph_facts": len(facts),
+                "graph_nodes": graph_out["nodes"],
+                "edit_requests": len(edits),
+                "edits_without_counterfactual": no_cf,
+                "edits_with_chains": len(with_chains),
+                "chains": len(chains),
+                "paths_found": sum(e["paths_found"] for e in graph_out["edits"]),
+                "facts_dropped_by_final_check": len(graph_out.get("dropped_by_final_check", [])),
+            }
+        )
+        return c
+
+    def record(
+        self, seeds: dict[str, Any], counts: dict[str, int], rows: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        cfg = self.cfg
+        from knowgic.dataset.folder import open_dataset
+
+        version = None
+        if cfg.source is not None:
+            version = open_dataset(cfg.source).version
+        summary = rv.summary(rows)
+        return {
+            "build_key": self.store.digest("graph"),
+            "model": {
+                "id": cfg.model,
+                "revision": self.revision,
+                "dtype": cfg.dtype,
+            },
+            "extractor": cfg.extractor or cfg.model,
+            "judge": cfg.judge,
+            "protocol": {"name": self.protocol, "params": dict(self.scorer().params)},
+            "seeds": {
+                "source": f"KnowGIC {version}" if version else str(cfg.seeds_file),
+                "version": version,
+                "seed_subjects": cfg.seed_subjects,
+                "facts": len(seeds["facts"]),
+            },
+            "edits": cfg.edits,
+            "scope": cfg.scope,
+            "expand": cfg.expand,
+            "settings": {
+                **self.spec.defaults,
+                "max_chains_per_edit": self.cap,
+                "max_chain_steps": self.max_steps,
+                "seed": self.seed,
+            },
+            "prompts": self.spec.prompts(),
+            "review": {
+                "summary": summary,
+                "by": sorted(set(summary["fact"]["by"]) | set(summary["template"]["by"])),
+            },
+            "counts": counts,
+            "stages": self.store.manifest(),
+        }
+
+    def provenance(
+        self, facts: list[dict[str, Any]], graph_out: dict[str, Any], grown: dict[str, Any] | None
+    ) -> list[dict[str, Any]]:
+        cots = {}
+        extractions = {}
+        if grown is not None:
+            for name, target in (("expand", cots), ("extract", extractions)):
+                entry = self.store.manifest().get(name)
+                if entry:
+                    out = self.store.cached(name, entry["key"]) or []
+                    key = "cot_id" if name == "expand" else "sentence_id"
+                    target.update({r[key]: r for r in out})
+        used = {fid for e in graph_out["edits"] for chain in e["chains"] for fid in chain}
+        rows = []
+        for f in facts:
+            if f["fact_id"] not in used:
+                continue
+            sources = []
+            for s in f.get("sources", []):
+                cot = cots.get(s["cot_id"], {})
+                ex = extractions.get(s["sentence_id"], {})
+                sources.append(
+                    {
+                        "seed_fact_id": s["seed_fact_id"],
+                        "cot_prompt": cot.get("prompt"),
+                        "cot_output": cot.get("output"),
+                        "sentence": s.get("sentence"),
+                        "extraction_output": ex.get("output"),
+                        "extracted": s["extracted"],
+                        "match_scores": s["scores"],
+                    }
+                )
+            rows.append(
+                {
+                    "fact_id": f["fact_id"],
+                    "subject": f["subject"],
+                    "prompt": f["prompt"],
+                    "answer": f["answer"],
+                    "origin": f.get("origin", "seed"),
+                    "validation": {**f["validation"], "protocol": self.protocol},
+                    "review": f["review"],
+                    "sources": sources,
+                }
+            )
+        return rows
+
+
+class _Stopped(Exception):
+    pass
+
+
+def run_build(cfg: BuildConfig, spec: BuilderSpec | None = None) -> BuildResult:
+    return Build(cfg, spec).run()

@@ -1,0 +1,41 @@
+"""Stage 3b, segmentation: each chain of thought split into sentences by ``pysbd`` (rule-based, English).
+
+    {cot_id, output} --pysbd.Segmenter--> distinct sentences --> [{sentence_id, cot_id, index, text}]
+
+The text after the last full stop that the model left unfinished (generation stopped at its token
+budget) is kept as a sentence too: the extractor decides whether it states a fact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from knowgic.builder.generation import require
+from knowgic.dataset.io import short_id
+
+
+def segment_text(text: str) -> list[str]:
+    """The sentences of ``text``, stripped, empty ones dropped."""
+    pysbd = require("pysbd")
+    segmenter = pysbd.Segmenter(language="en", clean=False)
+    return [s.strip() for s in segmenter.segment(text) if s.strip()]
+
+
+def segment(cots: Sequence[dict[str, Any]], lead_from_prompt: bool = False) -> list[dict[str, Any]]:
+    """``lead_from_prompt``: the prompt ends with the start of the model's first sentence (the base
+    template's last line is the subject), so that line is put back in front of the output."""
+    rows = []
+    for cot in cots:
+        lead = cot["prompt"].rsplit("\n", 1)[-1] if lead_from_prompt else ""
+        # a small model often repeats itself: a sentence said again adds nothing to extract
+        for i, sentence in enumerate(dict.fromkeys(segment_text(lead + cot["output"]))):
+            rows.append(
+                {
+                    "sentence_id": short_id([cot["cot_id"], str(i), sentence]),
+                    "cot_id": cot["cot_id"],
+                    "index": i,
+                    "text": sentence,
+                }
+            )
+    return rows
