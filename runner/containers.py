@@ -47,10 +47,12 @@ from knowgic.errors import KnowgicError
 from knowgic.paths import PROVIDED_STATS_VARIABLE, cache_dir
 from runner.images import (
     SUBMISSION_DIR,
+    BuiltImage,
     ImageBuildError,
     build_edit_image,
     default_runner_image,
     ensure_docker,
+    image_exists,
     image_id,
     remove_stale_edit_images,
 )
@@ -73,7 +75,7 @@ from runner.sandbox import (
     resolve_gpus,
     run_sandboxed,
 )
-from runner.submission import SubmissionError, unpack_stored_archive
+from runner.submission import Submission, SubmissionError, unpack_stored_archive
 
 if TYPE_CHECKING:
     from runner.queue import Job
@@ -304,10 +306,7 @@ class ContainerExecutor:
             hparams = submission.hparams_for(job.model)
         except KnowgicError as error:
             raise JobFailure(f"the submission's hparams for {job.model}: {error}") from None
-        try:
-            edit_image = build_edit_image(self.client, str(self.runner_image), submission, log=log)
-        except ImageBuildError as error:
-            raise JobFailure(f"building the submission's image failed (its requirements?): {error}") from None
+        edit_image = self._edit_image(submission, log)
         log(
             f"[runner] edit image {edit_image.tag} "
             + (f"built in {edit_image.seconds:.1f} s" if edit_image.built else "(cached)")
@@ -323,6 +322,8 @@ class ContainerExecutor:
         # The model's caches (hashes, converted files) go to the tmpfs; downloaded models come read-only.
         environment = {"KNOWGIC_CACHE": f"{SCRATCH_DIR}/knowgic-cache", "HF_HOME": "/cache/huggingface"}
         self._prepare(job_dir, models, labels, environment, log)
+        if not image_exists(self.client, edit_image.tag):  # removed meanwhile by a cleanup: build it again
+            edit_image = self._edit_image(submission, log)
         edit_cancel, score_cancel = threading.Event(), threading.Event()
         # The score stage waits for the edit stage, so its clock covers both: the edit stage always reaches
         # its own limit first, and the job's reason names the stage that ran out of time.
@@ -458,6 +459,12 @@ class ContainerExecutor:
         if not results.is_file():
             raise JobFailure("the score stage ended without writing results.json")
         return results
+
+    def _edit_image(self, submission: Submission, log: Callable[[str], None]) -> BuiltImage:
+        try:
+            return build_edit_image(self.client, str(self.runner_image), submission, log=log)
+        except ImageBuildError as error:
+            raise JobFailure(f"building the submission's image failed (its requirements?): {error}") from None
 
     def _prepare(
         self,

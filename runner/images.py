@@ -560,11 +560,21 @@ def build_edit_image(
 
 def remove_stale_edit_images(client: docker.DockerClient, runner_image_id: str) -> list[str]:
     """Remove the edit images built FROM an earlier runner image (they are never used again); returns
-    their tags. Images a running container uses stay."""
+    their tags. An earlier runner image is one that is gone or has lost its tag (rebuilt): another runner
+    image that still has a tag (a second checkout or version sharing this engine) keeps its edit images.
+    Images a running container uses stay."""
     docker = _docker_module()
     removed: list[str] = []
     for image in client.images.list(filters={"label": "org.knowgic.runner-image"}):
-        if (image.labels or {}).get("org.knowgic.runner-image") == runner_image_id:
+        built_from = (image.labels or {}).get("org.knowgic.runner-image")
+        if built_from == runner_image_id:
+            continue
+        try:
+            if client.images.get(built_from).tags:
+                continue  # a runner image still in use
+        except docker.errors.ImageNotFound:
+            pass
+        except docker.errors.APIError:
             continue
         for tag in image.tags:
             try:
