@@ -2,9 +2,9 @@
 
 ``build_app(store_path)`` returns the :class:`gradio.Blocks`; ``launch_app`` serves it with the page's CSS
 and the upload size limit. Run as a script (or as a Hugging Face Space, whose entry point this file is) it
-serves ``$KNOWGIC_STORE``, or, when ``KNOWGIC_STORE_REPO`` names a hub dataset repository, a snapshot of
-that repository fetched with ``huggingface_hub``; ``KNOWGIC_QUEUE_URL`` names the queue database (default:
-the store's SQLite file).
+is ``knowgic leaderboard`` (leaderboard/commands.py): it serves ``$KNOWGIC_STORE``, or, when
+``KNOWGIC_STORE_REPO`` names a hub dataset repository, a snapshot of that repository fetched with
+``huggingface_hub``; ``KNOWGIC_QUEUE_URL`` names the queue database (default: the store's SQLite file).
 
 Everything shown comes from :meth:`runner.store.ResultsStore.scan`, so only results that pass every check
 of :mod:`runner.store_checks` appear, and a run is *verified* only with a worker's signature by a trusted
@@ -22,6 +22,7 @@ import datetime as _dt
 import html
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -56,8 +57,6 @@ from runner.store import ResultsStore, SkippedFile, StoreEntry, StoreFileError, 
 
 DEFAULT_UPLOAD_LIMIT_BYTES = 50 * 1024 * 1024
 DEFAULT_REFRESH_SECONDS = 5.0
-STORE_REPO_ENV = "KNOWGIC_STORE_REPO"
-QUEUE_URL_ENV = "KNOWGIC_QUEUE_URL"
 
 CSS = """
 .kg-metric { white-space: nowrap; }
@@ -266,24 +265,6 @@ def jobs_frame(jobs: Sequence[Any]) -> pd.DataFrame:
     return pd.DataFrame.from_records(records, columns=[*columns, "Reason", "Worker", "Updated"])
 
 
-def resolve_store(store_path: str | Path | None) -> Path:
-    """The store folder: ``store_path``; else a snapshot of the hub dataset repository named by
-    ``$KNOWGIC_STORE_REPO`` (a Space's configuration); else ``$KNOWGIC_STORE`` or ``./knowgic-store``."""
-    if store_path is not None:
-        return Path(store_path)
-    repo = os.environ.get(STORE_REPO_ENV)
-    if repo:
-        from huggingface_hub import snapshot_download
-
-        try:
-            return Path(snapshot_download(repo_id=repo, repo_type="dataset"))
-        except Exception as exc:  # the hub's errors are many; a Space must say which repo failed and why
-            raise KnowgicError(f"cannot fetch the results store {repo!r} from the hub: {exc}") from None
-    from runner.store import default_store_root
-
-    return default_store_root()
-
-
 CONTROL_NAMES: tuple[str, ...] = ("model", "search", *(key for key, _ in FILTERS), "sort", "order", "columns")
 """The Leaderboard tab's controls, in the order its inputs (and the /table, /csv, /plots API) take them."""
 
@@ -369,6 +350,8 @@ class BoardTab:
                     self.model_choices(),
                     value=self.default_model(),
                     label="Model (one ranking per model)",
+                    # The store is read in the background: its models arrive after the page is built.
+                    allow_custom_value=True,
                     scale=1,
                     min_width=220,
                     elem_id="kg-model",
@@ -423,6 +406,7 @@ class BoardTab:
                         key: gr.Dropdown(
                             choices=board.choices(key),
                             multiselect=True,
+                            allow_custom_value=True,  # choices arrive with the store (background read)
                             label=label,
                             elem_id=f"kg-filter-{key}",
                         )
@@ -976,12 +960,13 @@ def launch_app(
     )
 
 
-def main() -> None:
-    """Entry point of a Hugging Face Space (``python leaderboard/app.py``): serve the configured store."""
-    store = resolve_store(None)
-    app = build_app(store, queue_url=os.environ.get(QUEUE_URL_ENV) or None)
-    launch_app(app, host=os.environ.get("GRADIO_SERVER_NAME"), port=None)
+def main() -> int:
+    """Entry point of a Hugging Face Space (``python leaderboard/app.py [OPTIONS]``): ``knowgic leaderboard``
+    itself, so the store, the queue and the one-line errors are the command's (leaderboard/commands.py)."""
+    from knowgic.cli import main as cli_main
+
+    return cli_main(["leaderboard", *sys.argv[1:]])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -78,7 +78,7 @@ def private_run(runner_image: str, tmp_path_factory: pytest.TempPathFactory) -> 
     store = root / "store"
     honest = root / "rank-one"
     _package(honest)
-    shutil.copy(SUBMISSIONS / "rank-one" / "submission.yaml", honest / "submission.yaml")
+    shutil.copy(EXAMPLE / "submission.yaml", honest / "submission.yaml")
     jobs = {"honest": _submit(store, honest)}
     for case, editor_class in CASES.items():
         folder = root / case
