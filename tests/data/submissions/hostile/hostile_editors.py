@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from knowgic_rank_one.editor import RankOneFT
@@ -203,6 +203,11 @@ class SlowHonest(RankOneFT):
     """The honest editor, slowed down so that a test can kill its worker mid-job."""
 
     name = "slow-rank-one"
+    # The example's own keys, and how long to sleep first.
+    hparams_schema: ClassVar[dict] = {
+        **RankOneFT.hparams_schema,
+        "properties": {**RankOneFT.hparams_schema["properties"], "sleep": {"type": "number", "minimum": 0}},
+    }
 
     def apply(self, model: Any, tokenizer: Any, requests: Any) -> EditHandle:
         time.sleep(float(self.hparams.get("sleep", 0)))
