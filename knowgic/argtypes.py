@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import Any
 
 
 def positive_int(text: str) -> int:
@@ -41,6 +42,14 @@ def open_unit_fraction(text: str) -> float:
 
 SUBCOMMAND_METAVAR = "COMMAND"
 """The placeholder of every sub-command choice in usage lines (``knowgic runner COMMAND ...``)."""
+
+
+def add_subcommands(parser: argparse.ArgumentParser, dest: str, help: str = "what to do") -> Any:
+    """A command group's required sub-commands (``knowgic runner COMMAND``), under the one placeholder."""
+    sub = parser.add_subparsers(dest=dest, metavar=SUBCOMMAND_METAVAR, help=help)
+    sub.required = True
+    return sub
+
 
 DEFAULT_MODEL = "knowgic-tiny"
 """The model of ``evaluate``, ``sweep`` and ``probe`` when ``--model`` is left out: the offline default."""

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from knowgic.argtypes import SUBCOMMAND_METAVAR, positive_int, positive_seconds
+from knowgic.argtypes import add_subcommands, positive_int, positive_seconds
 from knowgic.errors import KnowgicError
 from runner.options import add_queue_option, add_store_option, queue_url, store_root
 from runner.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS, JobState
@@ -352,8 +352,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="The runner: submitted editors run in sandboxed containers and are scored by the "
         "project's own code; jobs wait in a queue (SQLite beside the store, or PostgreSQL for many hosts).",
     )
-    sub = p.add_subparsers(dest="runner_command", metavar=SUBCOMMAND_METAVAR, help="what to do")
-    sub.required = True
+    sub = add_subcommands(p, "runner_command", "what to do")
 
     s = sub.add_parser(
         "submit",

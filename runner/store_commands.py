@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from knowgic.argtypes import SUBCOMMAND_METAVAR
+from knowgic.argtypes import add_subcommands
 from knowgic.errors import KnowgicError
 from runner.options import add_store_option, store_root
 
@@ -144,8 +144,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="add local runs to a results store, list what a store holds",
         description="The results store that the runner writes and the leaderboard reads.",
     )
-    sub = p.add_subparsers(dest="store_command", metavar=SUBCOMMAND_METAVAR, help="what to do with the store")
-    sub.required = True
+    sub = add_subcommands(p, "store_command", "what to do with the store")
     add = sub.add_parser(
         "add",
         help="store results.json files made by `knowgic evaluate` or `sweep` (shown as 'local' runs)",

@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from knowgic.argtypes import SUBCOMMAND_METAVAR
+from knowgic.argtypes import add_subcommands
 
 
 def _cmd_path(args: argparse.Namespace) -> int:
@@ -108,8 +108,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add ``dataset``, ``validate`` and ``publish`` to the ``knowgic`` command line."""
     ds = subparsers.add_parser("dataset", help="where the dataset versions are, and what is in them")
-    ds_sub = ds.add_subparsers(dest="dataset_command", metavar=SUBCOMMAND_METAVAR, help="what to show")
-    ds_sub.required = True
+    ds_sub = add_subcommands(ds, "dataset_command", "what to show")
     p = ds_sub.add_parser(
         "path", help="print the folder of a dataset version (a Hugging Face dataset folder)"
     )

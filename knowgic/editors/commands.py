@@ -6,13 +6,12 @@ import argparse
 import json
 from typing import Any
 
-from knowgic.argtypes import SUBCOMMAND_METAVAR
+from knowgic.argtypes import add_subcommands
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("editors", help="editing methods: list the names --editor takes")
-    sub = parser.add_subparsers(dest="editors_command", metavar=SUBCOMMAND_METAVAR, help="what to do")
-    sub.required = True
+    sub = add_subcommands(parser, "editors_command", "what to do")
     list_parser = sub.add_parser(
         "list",
         help="built-in editors and installed plug-ins, with the models their shipped hparams are for",

@@ -57,6 +57,18 @@ def _add_stats_arguments(parser: argparse.ArgumentParser, scope: str) -> None:
     )
 
 
+def _add_protocol_param_argument(parser: argparse.ArgumentParser) -> None:
+    """``--protocol-param KEY=VALUE``, the same for ``evaluate`` and ``sweep``."""
+    parser.add_argument(
+        "--protocol-param",
+        action="append",
+        default=[],
+        type=_protocol_param,
+        metavar="KEY=VALUE",
+        help="override a protocol parameter from spec/benchmark.yaml, e.g. k=10 (repeatable)",
+    )
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "evaluate",
@@ -75,14 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--protocol",
         help=f"logprob, generate or greedy (default: {_spec_default('default_protocol')}, the spec's)",
     )
-    p.add_argument(
-        "--protocol-param",
-        action="append",
-        default=[],
-        type=_protocol_param,
-        metavar="KEY=VALUE",
-        help="override a protocol parameter from spec/benchmark.yaml, e.g. k=10 (repeatable)",
-    )
+    _add_protocol_param_argument(p)
     p.add_argument(
         "--mode", help=f"independent or sequential (default: {_spec_default('default_mode')}, the spec's)"
     )
@@ -130,14 +135,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"comma-separated editors (default: {','.join(BASELINES)})",
     )
     s.add_argument("--protocol", help="scoring protocol (default: the spec's default_protocol)")
-    s.add_argument(
-        "--protocol-param",
-        action="append",
-        default=[],
-        type=_protocol_param,
-        metavar="KEY=VALUE",
-        help="override a protocol parameter from spec/benchmark.yaml, e.g. k=10 (repeatable)",
-    )
+    _add_protocol_param_argument(s)
     s.add_argument(
         "--seed", type=int, default=0, help="seed of the editors' and the generate protocol's randomness"
     )

@@ -7,16 +7,13 @@ import json
 import time
 from typing import Any
 
-from knowgic.argtypes import SUBCOMMAND_METAVAR
+from knowgic.argtypes import add_subcommands
 from knowgic.models import registry
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("models", help="offline models: list them, prepare one for fast loading")
-    sub = parser.add_subparsers(
-        dest="models_command", metavar=SUBCOMMAND_METAVAR, help="what to do with models"
-    )
-    sub.required = True
+    sub = add_subcommands(parser, "models_command", "what to do with models")
 
     list_parser = sub.add_parser("list", help="offline model names, whether installed and cached")
     list_parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
