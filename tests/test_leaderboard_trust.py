@@ -16,6 +16,7 @@ from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from knowgic.evaluation.results import content_sha256
 from leaderboard import views
 from leaderboard.bench import fill_store
+from leaderboard.table import ALL_MODELS
 from runner.signing import generate_key, load_signer
 from runner.store import ResultsStore, local_entry_id
 from tests.test_leaderboard import ALL_COLUMNS, free_port, table, wait_verified, write_submission
@@ -101,8 +102,9 @@ def hostile_served(hostile):
 
 def test_only_a_trusted_signature_ranks_as_verified(hostile_served, hostile) -> None:
     _app, client = hostile_served
-    _headers, rows, status = table(client, columns=["source", "row_id"])
-    sources = {re.search(r">([^<]+)</a>", r[1]).group(1): r[0] for r in rows}
+    headers, rows, status = table(client, columns=["source", "row_id"])
+    source, row_id = headers.index("Source"), headers.index("Id")
+    sources = {re.search(r">([^<]+)</a>", r[row_id]).group(1): r[source] for r in rows}
     assert sources == {
         "job-honest": "verified",
         "job-handmade": "local",
@@ -172,22 +174,22 @@ def test_a_cold_store_answers_at_once_and_rows_appear_as_they_are_verified(cold_
     monkeypatch.setattr(ResultsStore, "load_entry", gated)
     app, client = _serve(store.root, root / "cache-cold")
     try:
-        _headers, rows, status = table(client)  # answered while the store is read or verified
+        _headers, rows, status = table(client, ALL_MODELS)  # answered while the store is read or verified
         assert rows == [] and ("reading the store" in status or "verifying 0 of 120 results" in status)
         deadline = time.monotonic() + 120
         while "verifying 0 of 120 results" not in status:  # read: every entry waits for verification
             assert time.monotonic() < deadline and "reading the store" in status, status
             time.sleep(0.2)
-            _headers, rows, status = table(client)
+            _headers, rows, status = table(client, ALL_MODELS)
         assert rows == []
         gate.set()
         deadline = time.monotonic() + 120
         while True:
-            _headers, rows, status = table(client)
+            _headers, rows, status = table(client, ALL_MODELS)
             if "verifying" not in status:
                 break
             assert time.monotonic() < deadline
             time.sleep(0.2)
-        assert status.startswith("120 result(s) match of 120")
+        assert status.startswith("120 result(s) · ") and len(rows) > 0
     finally:
         app.close()

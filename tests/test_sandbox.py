@@ -337,12 +337,17 @@ def test_edit_images_are_tagged_by_submission_and_runner_image() -> None:
     sha = "ab" * 32
     first, second = edit_image_tag("sha256:" + "1" * 64, sha), edit_image_tag("sha256:" + "2" * 64, sha)
     assert first.startswith("knowgic-edit:" + sha[:24]) and first != second
-    with_requirements = _edit_dockerfile(
-        "knowgic-runner:test", has_requirements=True, has_ca=True
-    ).splitlines()
+    with_requirements = _edit_dockerfile("knowgic-runner:test", has_requirements=True).splitlines()
     assert with_requirements[0] == "FROM knowgic-runner:test" and with_requirements[-1] == "USER knowgic"
-    assert any("pip install -r" in line for line in with_requirements)
-    without = _edit_dockerfile("knowgic-runner:test", has_requirements=False, has_ca=False)
+    # The benchmark's text is removed before any file of the submission enters the image.
+    assert with_requirements.index("RUN python3 -m runner.edit_base") < next(
+        i for i, line in enumerate(with_requirements) if line.startswith("COPY submission/")
+    )
+    # Requirements come from the wheelhouse only, installed by the non-root user: no index, no builds.
+    install = next(i for i, line in enumerate(with_requirements) if "pip install" in line)
+    assert with_requirements[install - 1] == "USER knowgic"
+    assert "--no-index" in with_requirements[install] and "--only-binary :all:" in with_requirements[install]
+    without = _edit_dockerfile("knowgic-runner:test", has_requirements=False)
     assert "pip install" not in without and "chmod -R a+rX,go-w /submission" in without
 
 

@@ -490,23 +490,22 @@ from pathlib import Path
 
 import numpy as np
 
-import knowgic.metrics as metrics
 import knowgic.scoring.logprob as logprob
 from knowgic.editors.base import EditHandle, Editor
 from knowgic.scoring.base import Scores
 
 
 class PatchingEditor(Editor):
-    """Changes no weight, but rewrites the metrics and the scorer of its own process, and plants results."""
+    """Changes no weight, but rewrites the scorer of its own process, and plants results."""
 
     name = "patching"
 
     def apply(self, model, tokenizer, requests):
-        metrics.efficacy = lambda outcomes: metrics.MetricValue(1.0, len(outcomes))
-        metrics.indirect_fact_recovery = lambda chains, **_: metrics.MetricValue(1.0, len(chains))
+        new_targets = {r.target_new for r in requests}
 
-        def perfect(self, model, tokenizer, queries, prefix=""):
-            return Scores(p=np.ones(len(queries)), known=np.ones(len(queries), dtype=bool))
+        def perfect(self, model, tokenizer, queries, prefix=""):  # every new target certain, nothing else
+            hit = np.array([q.answers[0] in new_targets for q in queries])
+            return Scores(p=hit.astype(np.float64), known=hit)
 
         logprob.LogprobScorer.score = perfect
         fake = {"schema_version": "1.2", "metrics": {"ifr": {"value": 1.0, "n": 1}}, "sha256": "0" * 64}

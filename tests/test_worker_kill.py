@@ -121,5 +121,5 @@ if __name__ == "__main__":
     import runner.commands
     from knowgic.cli import main
 
-    runner.commands.default_executor = lambda *args: SlowCopyExecutor()  # type: ignore[assignment]
+    runner.commands.default_executor = lambda *args, **kwargs: SlowCopyExecutor()  # type: ignore[assignment]
     sys.exit(main(["runner", "worker", *sys.argv[1:]]))
