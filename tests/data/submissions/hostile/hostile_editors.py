@@ -234,6 +234,15 @@ class TestSetSearch(RankOneFT):
 
     name = "hostile-test-set-search"
     searched = ""
+    # The example's own keys, and the two files the search reads.
+    hparams_schema: ClassVar[dict] = {
+        **RankOneFT.hparams_schema,
+        "properties": {
+            **RankOneFT.hparams_schema["properties"],
+            "questions": {"type": "string"},
+            "control": {"type": "string"},
+        },
+    }
 
     def __init__(self, hparams: Any = None) -> None:
         import base64
