@@ -179,7 +179,7 @@ class MetricCell:
     high: float | None = None
     reason: str | None = None
     interval_reason: str | None = None
-    # Below 10 effective edits (results schema 1.3): the interval's measured coverage is below its level.
+    # Below 10 effective edits (results schema 1.3): the figure rests on few edits (docs/metrics.md).
     few_edits: bool = False
     effective_edits: float | None = None
 

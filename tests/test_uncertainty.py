@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from knowgic.cli import main
 from knowgic.uncertainty import (
@@ -200,35 +202,76 @@ def _per_edit_sums(doc: dict[str, Any]) -> dict[str, tuple[np.ndarray, np.ndarra
     return sums
 
 
-def _studentized(num: np.ndarray, den: np.ndarray, draws: np.ndarray, level: float) -> tuple[float, float]:
-    """The bootstrap-t interval of sum(num)/sum(den), written out resample by resample."""
+def _symmetric_t(
+    estimate: Callable[[np.ndarray], tuple[float, np.ndarray, int]], n: int, draws: np.ndarray, level: float
+) -> tuple[float, float]:
+    """The symmetric bootstrap-t interval widened by t(df)/z, written out resample by resample.
 
-    def estimate(idx: np.ndarray) -> tuple[float, float]:
-        a, b = num[idx], den[idx]
-        theta = a.sum() / b.sum()
-        m = int((b > 0).sum())
-        se = math.sqrt(m / (m - 1) * (((a - theta * b) / b.sum()) ** 2).sum())
-        return theta, se
+    ``estimate(idx)`` gives the estimate on the drawn edits, each drawn edit's linearized influence ``z``
+    and the number ``m`` of drawn edits it rests on; ``se = sqrt(m/(m-1) sum z^2)``, and ``df`` is the
+    Satterthwaite degrees of freedom ``(sum z^2)^2 / sum z^4 * (m-1)/m`` of the sample's variance."""
 
-    theta, se = estimate(np.arange(num.size))
+    def with_se(idx: np.ndarray) -> tuple[float, float]:
+        theta, z, m = estimate(idx)
+        return theta, math.sqrt(m / (m - 1) * (z**2).sum())
+
+    theta, z, m = estimate(np.arange(n))
+    se = math.sqrt(m / (m - 1) * (z**2).sum())
+    df = max(1.0, (z**2).sum() ** 2 / (z**4).sum() * (m - 1) / m)
     ts = []
     for idx in draws:
-        if den[idx].sum() <= 0:
+        t_theta, t_se = with_se(idx)
+        if math.isnan(t_theta):
             continue
-        t_theta, t_se = estimate(idx)
         if t_se > 1e-12:
-            ts.append((t_theta - theta) / t_se)
+            ts.append(abs(t_theta - theta) / t_se)
         else:
-            ts.append(0.0 if abs(t_theta - theta) <= 1e-12 else math.copysign(1e12, t_theta - theta))
-    q_low, q_high = np.quantile(ts, [(1 - level) / 2, (1 + level) / 2])
-    return max(0.0, theta - q_high * se), min(1.0, theta - q_low * se)
+            ts.append(0.0 if abs(t_theta - theta) <= 1e-12 else 1e12)
+    half = np.quantile(ts, level) * se * stats.t.ppf((1 + level) / 2, df) / stats.norm.ppf((1 + level) / 2)
+    return max(0.0, theta - half), min(1.0, theta + half)
+
+
+def _ratio_estimate(
+    num: np.ndarray, den: np.ndarray
+) -> Callable[[np.ndarray], tuple[float, np.ndarray, int]]:
+    def estimate(idx: np.ndarray) -> tuple[float, np.ndarray, int]:
+        a, b = num[idx], den[idx]
+        if b.sum() <= 0:
+            return math.nan, np.zeros(idx.size), 0
+        theta = a.sum() / b.sum()
+        return theta, (a - theta * b) / b.sum(), int((b > 0).sum())
+
+    return estimate
+
+
+def _harmonic_estimate(
+    parts: list[tuple[np.ndarray, np.ndarray, bool]],
+) -> Callable[[np.ndarray], tuple[float, np.ndarray, int]]:
+    """The deep-editing score H = k / sum_j 1/x_j of its parts (x = 1 - min(1, IFR) for IFR), with the chain
+    rule's influence sum_j dH/dx_j * (-z_j for IFR, z_j otherwise)."""
+
+    def estimate(idx: np.ndarray) -> tuple[float, np.ndarray, int]:
+        estimates = [(_ratio_estimate(num, den)(idx), lower) for num, den, lower in parts]
+        xs = [1 - min(1.0, theta) if lower else theta for (theta, _z, _m), lower in estimates]
+        if any(math.isnan(x) for x in xs):
+            return math.nan, np.zeros(idx.size), 0
+        if any(x <= 0 for x in xs):
+            return 0.0, np.zeros(idx.size), min(m for (_t, _z, m), _l in estimates)
+        h = len(xs) / sum(1 / x for x in xs)
+        z = sum(
+            (-1.0 if lower else 1.0) * h**2 / (len(xs) * x**2) * zj
+            for ((_theta, zj, _m), lower), x in zip(estimates, xs, strict=True)
+        )
+        return h, z, min(m for (_t, _z, m), _l in estimates)
+
+    return estimate
 
 
 def _recomputed_intervals(doc: dict[str, Any]) -> dict[str, tuple[float, float] | None]:
     """The headline intervals from the records, as docs/metrics.md describes them, written independently:
-    exact Clopper-Pearson (scipy's binomtest) for Efficacy and Generalization, the studentized bootstrap over
-    the same draws of edits (``default_rng(seed).integers``) for IFR and Preservation, the percentile of the
-    resampled harmonic mean for the deep-editing score."""
+    exact Clopper-Pearson (scipy's binomtest) for Efficacy and Generalization; for IFR, Preservation and the
+    deep-editing score the symmetric bootstrap-t over the same draws of edits (``default_rng(seed).integers``),
+    widened by t(df)/z."""
     from scipy.stats import binomtest
 
     settings = doc["uncertainty"]
@@ -242,26 +285,9 @@ def _recomputed_intervals(doc: dict[str, Any]) -> dict[str, tuple[float, float] 
         ci = binomtest(int(k), int(trials)).proportion_ci(confidence_level=level, method="exact")
         out[name] = (ci.low, ci.high)
     for name in ("ifr", "preservation"):
-        out[name] = _studentized(*sums[name], draws, level)
-    resampled = {}
-    for name in ("ifr", "preservation", "efficacy", "specificity"):
-        num, den = sums[name]
-        drawn_den = den[draws].sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            resampled[name] = np.where(drawn_den > 0, num[draws].sum(axis=1) / drawn_den, np.nan)
-    parts = np.stack(
-        [
-            1 - np.minimum(resampled["ifr"], 1),
-            resampled["preservation"],
-            resampled["efficacy"],
-            resampled["specificity"],
-        ]
-    )
-    with np.errstate(divide="ignore"):
-        deep = np.where((parts <= 0).any(axis=0), 0.0, 4 / (1 / parts).sum(axis=0))
-    kept = deep[~np.isnan(deep)]
-    low, high = np.quantile(kept, [(1 - level) / 2, (1 + level) / 2])
-    out["deep_editing_score"] = (float(low), float(high))
+        out[name] = _symmetric_t(_ratio_estimate(*sums[name]), n, draws, level)
+    parts = [(*sums[name], name == "ifr") for name in ("ifr", "preservation", "efficacy", "specificity")]
+    out["deep_editing_score"] = _symmetric_t(_harmonic_estimate(parts), n, draws, level)
     return out
 
 

@@ -150,11 +150,12 @@ def summary_table(documents: Sequence[Mapping[str, Any]], sources: Sequence[Path
         f"Model `{cfg['model']}` ({cfg['dtype']}, {cfg['device']}), KnowGIC {first['dataset']['version']}, "
         f"protocol `{cfg['protocol']}`, mode `{cfg['mode']}`, seed {cfg['seed']}, {edits} edits. "
         f"Each value: point estimate [{level}% interval]; the interval's method follows the metric's kind "
-        "(exact Clopper-Pearson for Efficacy and Generalization, a studentized cluster bootstrap over the "
-        f"edits for IFR and Preservation, {settings.resamples} resamples, seed {settings.seed}; "
+        "(exact Clopper-Pearson for Efficacy and Generalization; for IFR, Preservation and the deep-editing "
+        "score a symmetric studentized cluster bootstrap over the edits, widened for its degrees of freedom, "
+        f"{settings.resamples} resamples, seed {settings.seed}; "
         "docs/metrics.md; no interval where it cannot be computed, see results.json); – : undefined. "
-        f"{FEW_EDITS_MARK}: fewer than {FEW_EDITS:g} effective edits, where the interval's measured coverage "
-        "is below its level."
+        f"{FEW_EDITS_MARK}: fewer than {FEW_EDITS:g} effective edits: the figure rests on few edits, and its "
+        "interval is wide."
     )
     if not_compared is not None:
         lines.append(f"Rows not compared with each other: {not_compared}.")
