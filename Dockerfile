@@ -7,7 +7,7 @@
 #
 # The base image is a build argument: a CUDA PyTorch runtime image for GPU hosts (the default), or any
 # Debian-like image with python3 (3.11+) and pip, in which case a torch wheel must be put into
-# docker/extra/wheels/ (runner.images.build_runner_image does so for CPU test images).
+# docker/extra/wheels/ (knowgic.runner.images.build_runner_image does so for CPU test images).
 # Only classic-builder instructions are used, so the engine's builder and the docker SDK both build it;
 # the layers are ordered so that a change to the sources rebuilds only the last install.
 ARG BASE_IMAGE=pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime
@@ -44,13 +44,13 @@ RUN set -eu; \
 
 # 3. The project itself, without touching the pinned dependencies.
 WORKDIR /opt/knowgic
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY spec ./spec
 COPY knowgic ./knowgic
 COPY runner ./runner
 COPY leaderboard ./leaderboard
 RUN python3 -m pip install --no-deps --no-build-isolation . \
-    && python3 -c "import knowgic, runner" \
+    && python3 -c "import knowgic.runner, knowgic.leaderboard" \
     && (id -u knowgic >/dev/null 2>&1 || useradd --uid 10001 --user-group --create-home --shell /bin/sh knowgic) \
     && mkdir -p /cache /results && chown knowgic:knowgic /cache /results \
     && rm -rf /opt/knowgic-build

@@ -25,9 +25,9 @@ COMMAND_MODULES = (
     "knowgic.editors.commands",  # editors list
     "knowgic.evaluation.commands",  # evaluate, bench
     "knowgic.builder.commands",  # build, review
-    "runner.store_commands",  # store add, store list
-    "runner.commands",  # runner submit, worker, status, logs, requeue, cancel
-    "leaderboard.commands",  # leaderboard
+    "knowgic.runner.store_commands",  # store add, store list
+    "knowgic.runner.commands",  # runner submit, worker, status, logs, requeue, cancel
+    "knowgic.leaderboard.commands",  # leaderboard
 )
 
 

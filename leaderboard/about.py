@@ -15,7 +15,7 @@ from knowgic.uncertainty import (
     METHODS,
     PAIRED_TEST_BY_KIND,
 )
-from leaderboard.table import HEADLINE, METRIC_COLUMNS, PER_EDIT_METRICS, RANK_METRIC, metric_spec
+from knowgic.leaderboard.table import HEADLINE, METRIC_COLUMNS, PER_EDIT_METRICS, RANK_METRIC, metric_spec
 
 BENCHMARK_BIBTEX = """@software{{knowgic_benchmark,
   title   = {{{{KnowGIC}}: a benchmark of deep knowledge editing in language models}},

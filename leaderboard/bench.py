@@ -1,6 +1,6 @@
 """How the leaderboard scales: page load and filter time in a real browser, 10,000 results against 10.
 
-``python -m leaderboard.bench`` fills two stores with copies of real ``evaluate`` runs (each copy renamed
+``python -m knowgic.leaderboard.bench`` fills two stores with copies of real ``evaluate`` runs (each copy renamed
 to a varied model and editor, re-hashed, so every file is a valid, hash-checked results document),
 verifies every copy once the way the app does (in parallel; the store remembers what it verified), serves
 both stores, and measures in one headless Chromium (Debian's ``/usr/bin/chromium``):
@@ -13,7 +13,7 @@ both stores, and measures in one headless Chromium (Debian's ``/usr/bin/chromium
 Each is the median of ``--repeats`` fresh page loads (a new browser context each, so no cached assets),
 printed in seconds and as the ratio large / small. The target is a ratio of at most 3.
 
-``python -m leaderboard.bench --cold`` measures a cold start instead: a store of ``--count`` results that
+``python -m knowgic.leaderboard.bench --cold`` measures a cold start instead: a store of ``--count`` results that
 this reader never verified (an empty verification cache), from ``build_app`` until the first answer of the
 page and of the table API, then until background verification has shown every row; and, for reference, how
 long verifying the whole store takes before answering (what a reader without background verification waits).
@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.results import content_sha256
-from runner.store import STORE_VERSION, ResultsStore, local_entry_id
+from knowgic.runner.store import STORE_VERSION, ResultsStore, local_entry_id
 
 CHROMIUM = "/usr/bin/chromium"
 EDITOR_VARIANTS = 20
@@ -173,7 +173,7 @@ def run(
 ) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
-    from leaderboard.app import build_app, launch_app
+    from knowgic.leaderboard.app import build_app, launch_app
 
     if not Path(CHROMIUM).exists():
         raise KnowgicError(f"{CHROMIUM} is missing: install Debian's chromium (.ci/system-packages.sh)")
@@ -230,7 +230,7 @@ def cold_start(count: int, workdir: Path, given: Sequence[Path]) -> dict[str, An
 
     from gradio_client import Client
 
-    from leaderboard.app import build_app, launch_app
+    from knowgic.leaderboard.app import build_app, launch_app
 
     store = fill_store(workdir / f"store-cold-{count}", real_runs(workdir / "runs", given), count)
     started = time.perf_counter()
@@ -272,7 +272,7 @@ def cold_start(count: int, workdir: Path, given: Sequence[Path]) -> dict[str, An
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m leaderboard.bench",
+        prog="python -m knowgic.leaderboard.bench",
         description="Page load and filter time of the leaderboard in headless Chromium: a store of COUNT "
         "results against one of BASELINE results (copies of real runs, varied model and editor names).",
     )

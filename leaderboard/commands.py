@@ -16,9 +16,11 @@ from pathlib import Path
 
 from knowgic.clip import clip
 from knowgic.errors import KnowgicError
-from runner.options import add_queue_option, add_store_option, queue_url, store_root
+from knowgic.runner.options import add_queue_option, add_store_option, queue_url, store_root
 
-DEFAULT_REFRESH_SECONDS = 5.0  # leaderboard.app's default; not imported from there, which loads gradio
+DEFAULT_REFRESH_SECONDS = (
+    5.0  # knowgic.leaderboard.app's default; not imported from there, which loads gradio
+)
 STORE_REPO_ENV = "KNOWGIC_STORE_REPO"
 
 
@@ -54,7 +56,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.refresh <= 0:
         raise KnowgicError(f"--refresh {args.refresh} must be a positive number of seconds")
     store = serving_store(args.store)  # checked before importing gradio (seconds)
-    from leaderboard.app import build_app, launch_app
+    from knowgic.leaderboard.app import build_app, launch_app
 
     app = build_app(
         store,
@@ -68,7 +70,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from runner.signing import add_trusted_keys_option
+    from knowgic.runner.signing import add_trusted_keys_option
 
     p = subparsers.add_parser(
         "leaderboard",

@@ -22,7 +22,7 @@ from typing import Any
 
 from knowgic.errors import KnowgicError
 from knowgic.uncertainty import comparability_problem, paired_resamples, ranks_by_significance
-from leaderboard.table import RANK_METRIC
+from knowgic.leaderboard.table import RANK_METRIC
 
 
 def _score(document: Mapping[str, Any]) -> tuple[float | None, float | None, float | None]:

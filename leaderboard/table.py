@@ -26,7 +26,7 @@ from knowgic.evaluation.results import content_sha256
 from knowgic.evaluation.spec import MetricSpec, load_evaluation_spec
 from knowgic.uncertainty import FEW_EDITS_MARK
 from knowgic.yamlfile import read_yaml
-from runner.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
+from knowgic.runner.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
 
 DATA_DIR = Path(__file__).parent / "data"
 REPORTED_DIR = DATA_DIR / "reported"
@@ -538,8 +538,8 @@ class Board:
         )
 
     def ranks(self, model: str) -> dict[str, int | None]:
-        """Row id -> rank among the stored runs of ``model``'s track (see :mod:`leaderboard.ranking`)."""
-        from leaderboard.ranking import uncertainty_ranks
+        """Row id -> rank among the stored runs of ``model``'s track (see :mod:`knowgic.leaderboard.ranking`)."""
+        from knowgic.leaderboard.ranking import uncertainty_ranks
 
         tracks: dict[tuple[str, ...], list[Row]] = {}
         for row in self.rows:

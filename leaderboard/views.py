@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from knowgic.errors import KnowgicError
-from leaderboard.table import (
+from knowgic.leaderboard.table import (
     ALL_METRICS,
     METRIC_COLUMNS,
     PER_EDIT_METRICS,
@@ -30,7 +30,7 @@ from leaderboard.table import (
     metric_label,
     row_label,
 )
-from runner.store import StoreFileError
+from knowgic.runner.store import StoreFileError
 
 PER_EDIT_COLUMNS = (
     "edit_id",

@@ -10,7 +10,7 @@ model load:
 It checks that the three runs agree on every metric (1e-9) and prints times, ratios against ``plain``, the
 bytes of deltas written, and the peak bytes the deltas folder held (sampled every 10 ms by this process)::
 
-    python -m runner.bench_split --editor rome --model knowgic-tiny [--limit N] [--mode sequential] [--repeats 2]
+    python -m knowgic.runner.bench_split --editor rome --model knowgic-tiny [--limit N] [--mode sequential] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Any
 
 from knowgic.argtypes import parse_size
 from knowgic.errors import KnowgicError
-from runner.deltas import folder_bytes
-from runner.job import REQUESTS_FILE, JobSpec
+from knowgic.runner.deltas import folder_bytes
+from knowgic.runner.job import REQUESTS_FILE, JobSpec
 
 
 @dataclass
@@ -98,7 +98,7 @@ def run_plain(args: argparse.Namespace, hparams_file: Path | None, out: Path) ->
 
 
 def _stage(*args: str) -> list[str]:
-    return [sys.executable, "-m", "runner.stages", *args]
+    return [sys.executable, "-m", "knowgic.runner.stages", *args]
 
 
 def run_split(job: Path, work: Path, quota: int, streaming: bool) -> Measured:
@@ -153,7 +153,7 @@ def _megabytes(n: int) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m runner.bench_split",
+        prog="python -m knowgic.runner.bench_split",
         description="Time the runner's edit/score split against a plain knowgic evaluate of the same editor.",
     )
     parser.add_argument("--model", default="knowgic-tiny", help="model (default knowgic-tiny)")

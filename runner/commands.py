@@ -34,14 +34,19 @@ from typing import TYPE_CHECKING, Any
 
 from knowgic.argtypes import add_subcommands, positive_int, positive_seconds
 from knowgic.errors import KnowgicError
-from runner.options import add_queue_option, add_store_option, queue_url, store_root
-from runner.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS, JobState
+from knowgic.runner.options import add_queue_option, add_store_option, queue_url, store_root
+from knowgic.runner.states import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_HEARTBEAT_SECONDS,
+    DEFAULT_POLL_SECONDS,
+    JobState,
+)
 
 if TYPE_CHECKING:
-    from runner.images import BuiltImage
-    from runner.job import JobExecutor
-    from runner.queue import Job, JobQueue
-    from runner.store import ResultsStore
+    from knowgic.runner.images import BuiltImage
+    from knowgic.runner.job import JobExecutor
+    from knowgic.runner.queue import Job, JobQueue
+    from knowgic.runner.store import ResultsStore
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +55,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _store(args: argparse.Namespace) -> ResultsStore:
-    from runner.store import ResultsStore
+    from knowgic.runner.store import ResultsStore
 
     return ResultsStore(store_root(args.store))
 
@@ -62,7 +67,7 @@ def _queue_url(args: argparse.Namespace, store: ResultsStore) -> str:
 def _open_queue(args: argparse.Namespace, store: ResultsStore, *, create: bool) -> JobQueue:
     """The queue; for commands that only read or change existing jobs, a missing SQLite file is an error
     (rather than an empty queue created by a typo in --store)."""
-    from runner.queue import JobQueue
+    from knowgic.runner.queue import JobQueue
 
     url = _queue_url(args, store)
     if not create and url.startswith("sqlite:///"):
@@ -87,7 +92,7 @@ def _job_line(job: Job, *, times: bool = False) -> str:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from runner.submission import submit
+    from knowgic.runner.submission import submit
 
     store = _store(args)
     queue = _open_queue(args, store, create=True)
@@ -106,7 +111,7 @@ def default_executor(gpus: str, queue_id: str = "", private_dataset: Path | None
     containers carry ``queue_id``, so that workers of other queues on this engine leave them alone;
     ``private_dataset``: a private split folder for the score stage alone."""
     try:
-        from runner.containers import ContainerExecutor
+        from knowgic.runner.containers import ContainerExecutor
     except ImportError as exc:
         raise KnowgicError(
             f"the container executor is not available ({exc}); install knowgic[runner]"
@@ -115,8 +120,8 @@ def default_executor(gpus: str, queue_id: str = "", private_dataset: Path | None
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from runner import worker as worker_module
-    from runner.signing import load_signer
+    from knowgic.runner import worker as worker_module
+    from knowgic.runner.signing import load_signer
 
     signer = load_signer(args.signing_key)  # before anything else: a worker without a key stores nothing
     store = _store(args)
@@ -237,7 +242,7 @@ def _named_torch_wheel(given: Path, *, local_base: bool) -> Path:
     """``--torch-wheel``: a torch wheel file, or a folder holding exactly one (``pip download -d DIR``)."""
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-    from runner.images import LOCAL_BASE_IMAGE
+    from knowgic.runner.images import LOCAL_BASE_IMAGE
 
     if given.is_dir():
         found = sorted(given.glob("torch-*.whl"))
@@ -268,7 +273,7 @@ def _named_torch_wheel(given: Path, *, local_base: bool) -> Path:
 def _host_torch_wheel() -> Path:
     """The host's torch release as a wheel: ``$KNOWGIC_TORCH_WHEEL``, one cached, or ``pip download``."""
     from knowgic.paths import cache_dir
-    from runner.images import ImageBuildError, find_torch_wheel
+    from knowgic.runner.images import ImageBuildError, find_torch_wheel
 
     version, cache = _torch_release(), cache_dir() / "wheels"
     _say(f"torch wheel: torch {version} from $KNOWGIC_TORCH_WHEEL, {cache}, else `pip download` (~200 MB)")
@@ -294,7 +299,7 @@ def build_image(
     release as a wheel (``torch_wheel``, else :func:`_host_torch_wheel`); otherwise FROM ``base_image``
     (default: a CUDA PyTorch image that brings torch), with ``torch_wheel`` only when that base has none.
     """
-    from runner import images
+    from knowgic.runner import images
 
     if local_base:
         wheel = torch_wheel or _host_torch_wheel()
@@ -312,7 +317,7 @@ def build_image(
 
 
 def _build_image(args: argparse.Namespace) -> int:
-    from runner import images
+    from knowgic.runner import images
 
     if args.rebuild_base and not args.local_base:
         raise KnowgicError("--rebuild-base goes with --local-base")
@@ -344,7 +349,7 @@ def _build_image(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from runner.signing import add_signing_key_option
+    from knowgic.runner.signing import add_signing_key_option
 
     p = subparsers.add_parser(
         "runner",

@@ -4,21 +4,21 @@
 
     workdir/
       .knowgic-owner.json  queue, job and worker ids (a later worker reaps the folder of a dead one)
-      submission/   the stored archive unpacked again (runner.submission checks it as on submit)
-      job/job.json  runner.job.JobSpec, written here    -> /job: writable for the prepare stage only
+      submission/   the stored archive unpacked again (knowgic.runner.submission checks it as on submit)
+      job/job.json  knowgic.runner.job.JobSpec, written here    -> /job: writable for the prepare stage only
       job/requests.json  the edit requests (prepare)    -> read-only for the edit and score stages
       deltas/       written by the edit stage           -> /deltas: the edit container's only writable mount;
                     read (and emptied) by the score stage
       out/          results.json and plots              -> /out: written by the score container only
     STATS (host)    key statistics, kept across jobs    -> /stats: writable for prepare, read-only for edit
 
-    prepare container  the runner image          python -m runner.stages prepare (trusted; reads the dataset)
-    edit container     knowgic-edit:<sub>-<run>  python -m runner.stages edit    (the submitted code; an
+    prepare container  the runner image          python -m knowgic.runner.stages prepare (trusted; reads the dataset)
+    edit container     knowgic-edit:<sub>-<run>  python -m knowgic.runner.stages edit    (the submitted code; an
                        image without any benchmark text, see runner/edit_base.py)
-    score container    the runner image          python -m runner.stages score   (trusted)
+    score container    the runner image          python -m knowgic.runner.stages score   (trusted)
 
 The prepare stage runs first; then the edit and score stages run at once under
-:func:`runner.sandbox.run_sandboxed`: the score stage scores each delta as it appears and deletes it, the
+:func:`knowgic.runner.sandbox.run_sandboxed`: the score stage scores each delta as it appears and deletes it, the
 edit stage waits while the folder is over its quota. The edit container never sees /out nor the dataset,
 and the score container runs no submitted file, so what the submission does in its own process (patching
 the metrics, writing a results.json of its own, reading the test set) cannot reach the scores.
@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from knowgic.argtypes import parse_size
 from knowgic.errors import KnowgicError
 from knowgic.paths import PROVIDED_STATS_VARIABLE, cache_dir
-from runner.images import (
+from knowgic.runner.images import (
     SUBMISSION_DIR,
     BuiltImage,
     ImageBuildError,
@@ -56,7 +56,7 @@ from runner.images import (
     image_id,
     remove_stale_edit_images,
 )
-from runner.job import (
+from knowgic.runner.job import (
     DONE_MARKER,
     FAILED_MARKER,
     JOB_FILE,
@@ -65,7 +65,7 @@ from runner.job import (
     JobSpec,
     one_line,
 )
-from runner.sandbox import (
+from knowgic.runner.sandbox import (
     SCRATCH_DIR,
     EndReason,
     GiB,
@@ -75,12 +75,12 @@ from runner.sandbox import (
     resolve_gpus,
     run_sandboxed,
 )
-from runner.submission import Submission, SubmissionError, unpack_stored_archive
+from knowgic.runner.submission import Submission, SubmissionError, unpack_stored_archive
 
 if TYPE_CHECKING:
-    from runner.queue import Job
+    from knowgic.runner.queue import Job
 
-STAGE_COMMAND = ("python3", "-m", "runner.stages")
+STAGE_COMMAND = ("python3", "-m", "knowgic.runner.stages")
 JOB_LABEL = "org.knowgic.job"
 STAGE_LABEL = "org.knowgic.stage"
 QUEUE_LABEL = "org.knowgic.queue"
@@ -162,7 +162,7 @@ def _disk_bytes(folder: Path) -> int:
 
 
 def _last_error_line(logs: str) -> str | None:
-    """The last line that reads as an error (``error: ...`` from runner.stages, or a traceback's last line)."""
+    """The last line that reads as an error (``error: ...`` from knowgic.runner.stages, or a traceback's last line)."""
     for line in reversed(logs.splitlines()):
         if _ERROR_LINE.match(line.strip()):
             return one_line(line.strip(), 500)
@@ -207,7 +207,7 @@ def _docker_errors() -> Any:
 
 @dataclass
 class ContainerExecutor:
-    """:class:`runner.worker.JobExecutor` that runs each stage in a sandboxed container.
+    """:class:`knowgic.runner.worker.JobExecutor` that runs each stage in a sandboxed container.
 
     ``gpus``: "all", "none" or "auto". ``runner_image``: the trusted image (default
     ``$KNOWGIC_RUNNER_IMAGE`` or ``knowgic-runner:<version>``). ``model_cache`` (default
@@ -284,7 +284,7 @@ class ContainerExecutor:
 
     def reap(self, queue_id: str, alive: Callable[[str, str], bool]) -> int:
         """Remove the containers of queue ``queue_id`` whose worker is no longer alive for their job
-        (:func:`runner.worker.reap_dead`); returns how many."""
+        (:func:`knowgic.runner.worker.reap_dead`); returns how many."""
         removed = 0
         for container in self.client.containers.list(
             all=True, filters={"label": f"{QUEUE_LABEL}={queue_id}"}

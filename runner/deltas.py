@@ -45,7 +45,7 @@ from safetensors.torch import save_file
 
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.fingerprint import TensorStamp, changed_since, named_tensors
-from runner.job import DONE_MARKER, FAILED_MARKER, one_line, read_sidecar
+from knowgic.runner.job import DONE_MARKER, FAILED_MARKER, one_line, read_sidecar
 
 DELTA_FORMAT = "knowgic-delta"
 DELTA_FORMAT_VERSION = 1

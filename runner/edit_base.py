@@ -13,7 +13,7 @@ submission enters the image, so the layer is shared by all submissions of one ru
 The files stay in the runner image's lower layers, which nothing inside a container can read: a removed
 file is hidden by the overlay file system. The score stage runs from the runner image itself, dataset and all.
 
-Command line: ``python3 -m runner.edit_base``.
+Command line: ``python3 -m knowgic.runner.edit_base``.
 """
 
 from __future__ import annotations

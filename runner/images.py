@@ -39,7 +39,7 @@ from knowgic.errors import KnowgicError
 
 if TYPE_CHECKING:
     import docker
-    from runner.submission import Submission
+    from knowgic.runner.submission import Submission
 
 DEFAULT_BASE_IMAGE = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
 LOCAL_BASE_IMAGE = "knowgic-base:bookworm"
@@ -414,7 +414,7 @@ def _edit_dockerfile(runner_image: str, has_requirements: bool) -> str:
         f"FROM {runner_image}",
         "USER root",
         # Before anything of the submission: the image keeps no benchmark text (runner/edit_base.py).
-        "RUN python3 -m runner.edit_base",
+        "RUN python3 -m knowgic.runner.edit_base",
         f"COPY submission/ {SUBMISSION_DIR}/",
         # Readable by the sandbox's user, writable by nobody: the running editor cannot change its own code.
         f"RUN chown -R root:root {SUBMISSION_DIR} && chmod -R a+rX,go-w {SUBMISSION_DIR}",
@@ -429,7 +429,7 @@ def _edit_dockerfile(runner_image: str, has_requirements: bool) -> str:
             "USER knowgic",
             f"RUN python3 -m pip install --user --no-index --no-cache-dir --only-binary :all: "
             f"--find-links {WHEELHOUSE}/wheels -r {WHEELHOUSE}/requirements.txt "
-            '&& python3 -c "import knowgic, runner"',
+            '&& python3 -c "import knowgic.runner"',
             "USER root",
             f"RUN rm -rf {WHEELHOUSE} && chown -R root:root {SUBMISSION_PACKAGES} "
             f"&& chmod -R a+rX,go-w {SUBMISSION_PACKAGES}",
@@ -449,13 +449,13 @@ def fetch_wheels(
     log: _LOG = _quiet,
 ) -> list[str]:
     """Resolve ``requirements`` against the runner image's packages and download the wheels it lacks into
-    ``folder/wheels`` (:mod:`runner.wheels`, in a container of the runner image: trusted code, the non-root
+    ``folder/wheels`` (:mod:`knowgic.runner.wheels`, in a container of the runner image: trusted code, the non-root
     user, a read-only root, with the network, which pip needs and nothing of the submission gets).
 
     ``find_links`` (default ``$KNOWGIC_FIND_LINKS``): a host folder of wheels pip may take besides the
     index (``$PIP_INDEX_URL`` when set). Returns the pinned ``name==version`` of the wheels fetched.
     """
-    from runner.sandbox import Mount, SandboxLimits, run_sandboxed
+    from knowgic.runner.sandbox import Mount, SandboxLimits, run_sandboxed
 
     inputs, out = folder / "in", folder / "out"
     inputs.mkdir(parents=True, exist_ok=True)
@@ -464,7 +464,15 @@ def fetch_wheels(
     inputs.chmod(0o755)
     (inputs / "requirements.txt").chmod(0o644)
     mounts = [Mount(inputs, "/in"), Mount(out, "/out", writable=True)]
-    command = ["python3", "-m", "runner.wheels", "--requirements", "/in/requirements.txt", "--out", "/out"]
+    command = [
+        "python3",
+        "-m",
+        "knowgic.runner.wheels",
+        "--requirements",
+        "/in/requirements.txt",
+        "--out",
+        "/out",
+    ]
     environment: dict[str, str] = {}
     if ca_bundle is not None and ca_bundle.is_file():
         mounts.append(Mount(ca_bundle, "/etc/knowgic-ca.crt"))
@@ -510,7 +518,7 @@ def build_edit_image(
     log: _LOG = _quiet,
 ) -> BuiltImage:
     """The edit-stage image of ``submission``: the runner image without the benchmark's texts
-    (:mod:`runner.edit_base`) + /submission + its ``requirements``, installed from wheels.
+    (:mod:`knowgic.runner.edit_base`) + /submission + its ``requirements``, installed from wheels.
 
     Cached by the submission's sha256 and the runner image's id. The wheels are fetched first
     (:func:`fetch_wheels`); the build itself has no network, and installs them as the non-root user.

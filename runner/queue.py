@@ -39,12 +39,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from knowgic.errors import KnowgicError
-from runner.options import queue_url
-from runner.states import TERMINAL_STATES, JobState
+from knowgic.runner.options import queue_url
+from knowgic.runner.states import TERMINAL_STATES, JobState
 
 if TYPE_CHECKING:
-    from runner.store import ResultsStore
-    from runner.submission import Submission
+    from knowgic.runner.store import ResultsStore
+    from knowgic.runner.submission import Submission
 
 QUEUE_SCHEMA_VERSION = 1
 DEFAULT_MAX_ATTEMPTS = 3

@@ -2,14 +2,14 @@
 scores, and never sees the test set).
 
 - **Prepare stage** (:func:`run_prepare_stage`, the project's image only): reads the dataset and writes
-  what an editing method is entitled to, ``requests.json`` (:class:`runner.job.EditRequests`: the distinct
+  what an editing method is entitled to, ``requests.json`` (:class:`knowgic.runner.job.EditRequests`: the distinct
   edit requests in order, and the mode that groups them), plus the key statistics its hparams name
   (:func:`key_statistics`), which the edit stage cannot compute because it holds no benchmark text.
 - **Edit stage** (:func:`run_edit_stage`, in the submission's container, an image without the dataset):
   loads the model, imports the submission's editor, applies the requested edits in order (one distinct edit request at
   a time in ``independent`` mode, restoring after each; all of them in ``sequential`` mode) and writes what
-  each changed as a delta (:mod:`runner.deltas`). It computes no score. Adapter editors (peft LoRA) are
-  taken as the merged weights W + s B A of the layers they adapt (:func:`runner.deltas.folded_adapters`);
+  each changed as a delta (:mod:`knowgic.runner.deltas`). It computes no score. Adapter editors (peft LoRA) are
+  taken as the merged weights W + s B A of the layers they adapt (:func:`knowgic.runner.deltas.folded_adapters`);
   any other change of the model's structure fails the job with its reason.
 - **Score stage** (:func:`run_score_stage`, the project's image only): loads the pristine model and runs
   the existing :func:`knowgic.evaluation.evaluate.evaluate` with a :class:`ReplayEditor`, a trusted editor
@@ -23,9 +23,9 @@ the score stage consumes deltas in plan order and deletes each once scored.
 
 Command line (run by the containers)::
 
-    python -m runner.stages prepare --job JOB.json --out JOB_DIR [--stats STATS_DIR]
-    python -m runner.stages edit  --job JOB.json --requests REQUESTS.json --submission DIR --out DELTAS_DIR [--quota 2G]
-    python -m runner.stages score --job JOB.json --deltas DELTAS_DIR --out RESULTS_DIR [--timeout 3600]
+    python -m knowgic.runner.stages prepare --job JOB.json --out JOB_DIR [--stats STATS_DIR]
+    python -m knowgic.runner.stages edit  --job JOB.json --requests REQUESTS.json --submission DIR --out DELTAS_DIR [--quota 2G]
+    python -m knowgic.runner.stages score --job JOB.json --deltas DELTAS_DIR --out RESULTS_DIR [--timeout 3600]
                                   [--private-dataset DIR]
 
 With ``--private-dataset`` (a private split, :mod:`knowgic.dataset.private`, mounted into the score stage
@@ -55,7 +55,7 @@ from knowgic.editors.base import EditHandle, Editor
 from knowgic.errors import KnowgicError
 from knowgic.records import EditRequest
 from knowgic.scoring.logprob import check_prefix_fits
-from runner.deltas import (
+from knowgic.runner.deltas import (
     SEQUENTIAL_KEY,
     Delta,
     DeltaEdit,
@@ -68,11 +68,11 @@ from runner.deltas import (
     independent_key,
     model_spec,
 )
-from runner.job import DONE_MARKER, FAILED_MARKER, REQUESTS_FILE, EditRequests, JobSpec, one_line
+from knowgic.runner.job import DONE_MARKER, FAILED_MARKER, REQUESTS_FILE, EditRequests, JobSpec, one_line
 
 DEFAULT_QUOTA_BYTES = 2 << 30
 DEFAULT_TIMEOUT_SECONDS = 3600.0
-REPLAY_EDITOR = "runner.stages:ReplayEditor"
+REPLAY_EDITOR = "knowgic.runner.stages:ReplayEditor"
 
 if TYPE_CHECKING:
     from knowgic.models.base import LoadedModel
@@ -670,7 +670,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="python -m runner.stages",
+        prog="python -m knowgic.runner.stages",
         description="The runner's stages: 'prepare' (trusted) writes the edit requests and the key "
         "statistics the edit stage may read; 'edit' runs a submission's editor and writes what each edit "
         "changed; 'score' (trusted, no submission code) applies those deltas to the pristine model and "
@@ -681,11 +681,11 @@ def build_parser() -> argparse.ArgumentParser:
     prepare = sub.add_parser(
         "prepare", help="write requests.json and the key statistics for the edit stage (trusted)"
     )
-    prepare.add_argument("--job", required=True, help="JOB.json (runner.job.JobSpec)")
+    prepare.add_argument("--job", required=True, help="JOB.json (knowgic.runner.job.JobSpec)")
     prepare.add_argument("--out", required=True, help="folder that receives requests.json")
     prepare.add_argument("--stats", default=None, help="folder of key statistics (computed when missing)")
     edit = sub.add_parser("edit", help="run the submission's editor; write deltas (untrusted stage)")
-    edit.add_argument("--job", required=True, help="JOB.json (runner.job.JobSpec)")
+    edit.add_argument("--job", required=True, help="JOB.json (knowgic.runner.job.JobSpec)")
     edit.add_argument("--requests", required=True, help="requests.json of the prepare stage")
     edit.add_argument("--submission", default=None, help="the submission's folder (put first on sys.path)")
     edit.add_argument("--out", required=True, help="deltas folder (created when missing)")
@@ -698,7 +698,7 @@ def build_parser() -> argparse.ArgumentParser:
     score = sub.add_parser(
         "score", help="score the deltas on the pristine model; write results.json (trusted)"
     )
-    score.add_argument("--job", required=True, help="JOB.json (runner.job.JobSpec)")
+    score.add_argument("--job", required=True, help="JOB.json (knowgic.runner.job.JobSpec)")
     score.add_argument("--deltas", required=True, help="the edit stage's deltas folder")
     score.add_argument("--out", required=True, help="output folder for results.json and plots")
     score.add_argument(

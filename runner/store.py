@@ -11,10 +11,10 @@ The runner writes it (one signed *verified* entry per finished job), ``knowgic s
                                    and for a runner run the worker's signature (store_entry.schema.json)
       queue.sqlite                 the runner's default queue database
 
-Nothing in the folder is believed for being there. A results file passes :mod:`runner.store_checks` (size,
+Nothing in the folder is believed for being there. A results file passes :mod:`knowgic.runner.store_checks` (size,
 finite numbers, declared ranges, intervals, every headline value recomputed from its records) when it is
 stored and again when it is read. An entry is *verified* only when a worker's Ed25519 signature over it
-checks against a key the reader trusts (:mod:`runner.signing`); any other entry, whatever its ``source``
+checks against a key the reader trusts (:mod:`knowgic.runner.signing`); any other entry, whatever its ``source``
 says, is read as *local*, with the reason.
 
 Every file is first written beside its final name and then hard-linked into place, which fails when the
@@ -49,9 +49,16 @@ import jsonschema
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.results import content_sha256, results_schema
 from knowgic.paths import cache_dir
-from runner.options import sqlite_queue_url, store_root
-from runner.signing import Signer, TrustedKeys
-from runner.store_checks import LIMITS, CheckFailed, check_sizes, check_values, parse_json, read_capped
+from knowgic.runner.options import sqlite_queue_url, store_root
+from knowgic.runner.signing import Signer, TrustedKeys
+from knowgic.runner.store_checks import (
+    LIMITS,
+    CheckFailed,
+    check_sizes,
+    check_values,
+    parse_json,
+    read_capped,
+)
 
 STORE_VERSION = 1
 SOURCES = ("verified", "local")
@@ -117,7 +124,7 @@ class StoreEntry:
 
     @property
     def document(self) -> dict[str, Any]:
-        """The full results document, read and verified again (every check of :mod:`runner.store_checks`)."""
+        """The full results document, read and verified again (every check of :mod:`knowgic.runner.store_checks`)."""
         return _read_results(self.results_file, expected_sha=self.results_sha256, validator=_validator())
 
 
@@ -151,7 +158,7 @@ def _schema_problem(document: Any, validator: jsonschema.Draft202012Validator) -
 
 
 def _verify_document(document: Any, where: str, validator: jsonschema.Draft202012Validator) -> str:
-    """Every check of :mod:`runner.store_checks` (sizes, schema, self-hash, values, recomputed metrics);
+    """Every check of :mod:`knowgic.runner.store_checks` (sizes, schema, self-hash, values, recomputed metrics);
     return the sha256. Raises :class:`StoreFileError` naming the problem."""
     if not isinstance(document, dict):
         raise StoreFileError(f"{where}: a results document is a JSON object, found {type(document).__name__}")
@@ -233,7 +240,7 @@ class ResultsStore:
         trusted_keys: TrustedKeys | None = None,
     ) -> None:
         """``trusted_keys``: the keys whose signatures make an entry verified (default: the trusted keys
-        file of :func:`runner.signing.default_trusted_keys_path`, read at the first scan)."""
+        file of :func:`knowgic.runner.signing.default_trusted_keys_path`, read at the first scan)."""
         self.root = Path(root)
         # Summaries of verified results files, shared by every process of this user.
         self._cache_root = verified_cache

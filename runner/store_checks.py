@@ -6,7 +6,7 @@ reader (``knowgic store list``, the leaderboard) shows it::
     file size <= LIMITS.file_bytes                  (refused before it is read)
     JSON, nested at most LIMITS.depth deep, each string <= LIMITS.string_chars characters,
       each array or object <= LIMITS.items members
-    results.schema.json and the document's own sha256             (runner.store)
+    results.schema.json and the document's own sha256             (knowgic.runner.store)
     every number finite (no NaN, Infinity)
     every metric's value and interval within its declared bounds (spec/benchmark.yaml "bounds"),
       interval [low, high] with low <= value <= high

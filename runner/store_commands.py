@@ -15,12 +15,12 @@ from pathlib import Path
 
 from knowgic.argtypes import add_subcommands
 from knowgic.errors import KnowgicError
-from runner.options import add_store_option, store_root
+from knowgic.runner.options import add_store_option, store_root
 
 
 def _add(args: argparse.Namespace) -> int:
     from knowgic.evaluation.sweep import results_paths
-    from runner.store import ResultsStore, local_entry_id
+    from knowgic.runner.store import ResultsStore, local_entry_id
 
     store = ResultsStore(store_root(args.store))
     paths = results_paths(args.results)
@@ -40,8 +40,8 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from runner.signing import TrustedKeys
-    from runner.store import ResultsStore
+    from knowgic.runner.signing import TrustedKeys
+    from knowgic.runner.store import ResultsStore
 
     root = store_root(args.store)
     if not root.is_dir():
@@ -91,7 +91,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _keygen(args: argparse.Namespace) -> int:
-    from runner.signing import default_signing_key_path, default_trusted_keys_path, generate_key
+    from knowgic.runner.signing import default_signing_key_path, default_trusted_keys_path, generate_key
 
     path = args.key or default_signing_key_path()
     signer = generate_key(path, args.comment)
@@ -106,7 +106,7 @@ def _keygen(args: argparse.Namespace) -> int:
 
 def _append_trusted(trusted: Path, line: str) -> bool:
     """Add a public key line to a trusted keys file unless a key with its fingerprint is there."""
-    from runner.signing import TrustedKeys, parse_public_line
+    from knowgic.runner.signing import TrustedKeys, parse_public_line
 
     key = parse_public_line(line, "the public key")
     if trusted.exists() and key.fingerprint in TrustedKeys.load(trusted).keys:
@@ -118,7 +118,7 @@ def _append_trusted(trusted: Path, line: str) -> bool:
 
 
 def _trust(args: argparse.Namespace) -> int:
-    from runner.signing import default_trusted_keys_path, parse_public_line
+    from knowgic.runner.signing import default_trusted_keys_path, parse_public_line
 
     try:
         text = args.public_key.read_text(encoding="utf-8")
@@ -137,7 +137,7 @@ def _trust(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from runner.signing import add_trusted_keys_option
+    from knowgic.runner.signing import add_trusted_keys_option
 
     p = subparsers.add_parser(
         "store",

@@ -39,8 +39,8 @@ import yaml
 from knowgic.errors import KnowgicError
 
 if TYPE_CHECKING:
-    from runner.queue import Job, JobQueue
-    from runner.store import ResultsStore
+    from knowgic.runner.queue import Job, JobQueue
+    from knowgic.runner.store import ResultsStore
 
 MANIFEST_NAME = "submission.yaml"
 MiB = 1 << 20

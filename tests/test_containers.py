@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 import yaml
 
-from runner.queue import JobQueue, JobState
-from runner.store import ResultsStore
+from knowgic.runner.queue import JobQueue, JobState
+from knowgic.runner.store import ResultsStore
 
 pytestmark = pytest.mark.container
 

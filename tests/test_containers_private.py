@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from knowgic.recompute import check_results
-from runner.queue import JobQueue, JobState
-from runner.store import ResultsStore
+from knowgic.runner.queue import JobQueue, JobState
+from knowgic.runner.store import ResultsStore
 
 pytestmark = pytest.mark.container
 
@@ -133,7 +133,7 @@ def test_an_honest_run_carries_public_and_private_figures(private_run: dict[str,
     from knowgic.dataset.private import read_private_split
     from knowgic.editors.hparams import read_hparams_file
     from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
-    from leaderboard.table import Board, private_ifr_html
+    from knowgic.leaderboard.table import Board, private_ifr_html
 
     entry = _entry(private_run, "honest")
     document = entry.document

@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.fingerprint import fingerprint
-from runner.deltas import (
+from knowgic.runner.deltas import (
     DONE_MARKER,
     FAILED_MARKER,
     SEQUENTIAL_KEY,

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from knowgic.errors import KnowgicError
-from runner.job import JOB_FOLDER_OWNER, EditRequests, JobSpec
-from runner.queue import JobQueue
-from runner.store import ResultsStore
-from runner.submission import submit
-from runner.worker import reap_dead
+from knowgic.runner.job import JOB_FOLDER_OWNER, EditRequests, JobSpec
+from knowgic.runner.queue import JobQueue
+from knowgic.runner.store import ResultsStore
+from knowgic.runner.submission import submit
+from knowgic.runner.worker import reap_dead
 from tests.test_submission import MANIFEST, make_submission
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -30,8 +30,8 @@ def test_the_worker_host_imports_no_torch() -> None:
         "import sys\n"
         "from knowgic.cli import build_parser\n"
         "args = build_parser().parse_args(['runner', 'worker', '--store', 'nowhere', '--once'])\n"
-        "import runner.worker, runner.containers, runner.commands, runner.images, runner.job, runner.wheels\n"
-        "assert args.func.__module__ == 'runner.commands'\n"
+        "import knowgic.runner.worker, knowgic.runner.containers, knowgic.runner.commands, knowgic.runner.images, knowgic.runner.job, knowgic.runner.wheels\n"
+        "assert args.func.__module__ == 'knowgic.runner.commands'\n"
         "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT)
@@ -55,15 +55,15 @@ def test_containers_and_worker_meet_only_in_the_job_contract() -> None:
         _imports(REPO_ROOT / "runner" / "containers.py"),
         _imports(REPO_ROOT / "runner" / "worker.py"),
     )
-    assert "runner.worker" not in containers and "runner.containers" not in worker
-    assert "runner.job" in containers and "runner.job" in worker
-    assert not {"runner.stages", "runner.deltas", "torch"} & (containers | worker)
+    assert "knowgic.runner.worker" not in containers and "knowgic.runner.containers" not in worker
+    assert "knowgic.runner.job" in containers and "knowgic.runner.job" in worker
+    assert not {"knowgic.runner.stages", "knowgic.runner.deltas", "torch"} & (containers | worker)
 
 
 def test_edit_requests_carry_the_edits_and_nothing_of_the_chains() -> None:
     from knowgic.dataset.loading import load_cases
     from knowgic.dataset.versions import latest_version
-    from runner.stages import edit_requests
+    from knowgic.runner.stages import edit_requests
 
     spec = JobSpec(model="knowgic-tiny", editor="none", mode="sequential", limit=5)
     requests = edit_requests(spec)
@@ -88,7 +88,7 @@ def test_edit_requests_carry_the_edits_and_nothing_of_the_chains() -> None:
     ],
 )
 def test_a_malformed_requests_file_is_one_line(change: Any, message: str) -> None:
-    from runner.stages import edit_requests
+    from knowgic.runner.stages import edit_requests
 
     document = edit_requests(JobSpec(model="knowgic-tiny", editor="none", limit=2)).to_document()
     change(document)

@@ -22,8 +22,8 @@ import pytest
 from knowgic.cli import main
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from knowgic.evaluation.results import content_sha256
-from runner.signing import load_signer
-from runner.store import ResultsStore, local_entry_id
+from knowgic.runner.signing import load_signer
+from knowgic.runner.store import ResultsStore, local_entry_id
 
 EDITORS = ("none", "ice", "rome")
 SCRIPT = "<script>alert('owned')</script>"
@@ -126,7 +126,7 @@ def served(board_store):
     """The app launched on a free port, and a gradio_client connected to it."""
     from gradio_client import Client
 
-    from leaderboard.app import build_app, launch_app
+    from knowgic.leaderboard.app import build_app, launch_app
 
     app = build_app(
         board_store.store.root,
@@ -217,7 +217,7 @@ def _ids(headers, rows) -> list[str]:
 
 # -- pure parts -----------------------------------------------------------------------------------------
 def test_pareto_front_keeps_points_no_other_point_beats() -> None:
-    from leaderboard.plots import pareto_front
+    from knowgic.leaderboard.plots import pareto_front
 
     points = [(0.5, 0.9), (0.3, 0.8), (0.6, 0.95), (0.4, 0.7), (0.3, 0.6), (0.7, 0.9)]
     assert pareto_front(points) == [(0.3, 0.8), (0.5, 0.9), (0.6, 0.95)]
@@ -225,7 +225,7 @@ def test_pareto_front_keeps_points_no_other_point_beats() -> None:
 
 
 def test_only_http_links_are_kept() -> None:
-    from leaderboard.table import links_html, safe_url
+    from knowgic.leaderboard.table import links_html, safe_url
 
     assert safe_url("https://arxiv.org/abs/2202.05262") == "https://arxiv.org/abs/2202.05262"
     for bad in (
@@ -241,7 +241,7 @@ def test_only_http_links_are_kept() -> None:
 
 
 def test_reported_rows_are_the_authors_ifr_and_preservation_only() -> None:
-    from leaderboard.table import METRICS, reported_rows
+    from knowgic.leaderboard.table import METRICS, reported_rows
 
     rows = reported_rows()
     assert len(rows) == 15 and {r.model for r in rows} == {"GPT2-XL", "Llama-3-8B", "Qwen2.5-7B"}
@@ -305,7 +305,7 @@ def test_reported_rows_come_apart_and_undefined_is_never_zero(served) -> None:
 
 
 def test_filter_search_sort_and_columns(served, board_store) -> None:
-    from leaderboard.table import ALL_MODELS
+    from knowgic.leaderboard.table import ALL_MODELS
 
     _, client = served
     headers, rows, status = table(client, editors=["rome"])
@@ -325,7 +325,7 @@ def test_filter_search_sort_and_columns(served, board_store) -> None:
 
 
 def test_pages_cover_every_row_once(board_store) -> None:
-    from leaderboard.table import Board, TableQuery
+    from knowgic.leaderboard.table import Board, TableQuery
 
     board = Board(board_store.store.scan())
     pages = [board.page(TableQuery(page=n, page_size=4)) for n in range(1, 7)]
@@ -391,8 +391,8 @@ def test_submitter_text_is_shown_as_text_never_markup(served, board_store) -> No
     links = rows[0][headers.index("Paper / code")]
     assert "javascript" not in links.lower()
     # The reported rows and plots escape names too (plotly reads a few tags in its texts).
-    from leaderboard.plots import tradeoff_figure
-    from leaderboard.table import Board, TableQuery
+    from knowgic.leaderboard.plots import tradeoff_figure
+    from knowgic.leaderboard.table import Board, TableQuery
 
     board = Board(board_store.store.scan())
     frame = board.select(TableQuery())
@@ -514,7 +514,7 @@ def test_plots_follow_the_filters(served, board_store) -> None:
 
 
 def test_editor_colours_are_stable_and_the_heatmap_says_what_good_is(board_store) -> None:
-    from leaderboard.plots import editor_colour, heatmap_figure
+    from knowgic.leaderboard.plots import editor_colour, heatmap_figure
 
     assert editor_colour("rome") == "#1f77b4"  # declared in leaderboard/data/methods.yaml
     assert editor_colour("my-editor") == editor_colour("my-editor") != editor_colour("my-editor-2")
@@ -530,7 +530,7 @@ def test_editor_colours_are_stable_and_the_heatmap_says_what_good_is(board_store
 
 
 def test_the_space_entry_serves_the_configured_store_folder(monkeypatch, tmp_path) -> None:
-    from leaderboard.commands import STORE_REPO_ENV, serving_store
+    from knowgic.leaderboard.commands import STORE_REPO_ENV, serving_store
 
     monkeypatch.delenv(STORE_REPO_ENV, raising=False)
     monkeypatch.setenv("KNOWGIC_STORE", str(tmp_path / "space-store"))

@@ -43,7 +43,7 @@ def artifacts(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def site(knowgic_tiny, tmp_path_factory):
-    from leaderboard.app import build_app, launch_app
+    from knowgic.leaderboard.app import build_app, launch_app
 
     root = tmp_path_factory.mktemp("leaderboard-browser")
     board = build_leaderboard_store(root, knowgic_tiny)
@@ -276,7 +276,7 @@ def test_plots_have_error_bars_stable_colours_and_a_legend_in_view(site, page, p
         drawing = box(figure.locator("g.cartesianlayer .bg, rect.bg").first)
         assert drawing["width"] >= (250 if name == "phone" else 900), drawing
         view.locator("#kg-lengths svg.main-svg").first.wait_for()
-    from leaderboard.plots import editor_colour
+    from knowgic.leaderboard.plots import editor_colour
 
     assert editor_colour("rome") == "#1f77b4" and editor_colour("my-editor") == editor_colour("my-editor")
 
@@ -350,7 +350,7 @@ def test_queue_is_empty_then_shows_a_submission(site, page, artifacts) -> None:
     assert "1 job(s): 1 pending" in page.locator("#kg-queue-note").inner_text()
 
     # A worker takes the job and it fails: the queue view follows without a reload.
-    from runner.queue import JobQueue
+    from knowgic.runner.queue import JobQueue
 
     queue = JobQueue(board.store.queue_url())
     try:
@@ -421,9 +421,9 @@ def test_a_cold_store_shows_its_rows_as_they_are_verified(
     import threading
 
     from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
-    from leaderboard.app import build_app, launch_app
-    from leaderboard.bench import fill_store
-    from runner.store import ResultsStore
+    from knowgic.leaderboard.app import build_app, launch_app
+    from knowgic.leaderboard.bench import fill_store
+    from knowgic.runner.store import ResultsStore
 
     run = evaluate(
         EvaluationRequest(model="knowgic-tiny", editor="none", limit=1, out_dir=tmp_path / "run"),

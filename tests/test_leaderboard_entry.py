@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.queue import JobQueue, JobState
+from knowgic.runner.queue import JobQueue, JobState
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO_ROOT / "examples" / "custom_editor"

@@ -28,8 +28,8 @@ from knowgic.evaluation.private import IFR_CHECK_RULE, ifr_check
 from knowgic.evaluation.results import load_results, validation_errors
 from knowgic.recompute import check_results
 from knowgic.records import Case
-from runner.job import JobSpec
-from runner.stages import edit_requests, main, run_edit_stage, run_score_stage
+from knowgic.runner.job import JobSpec
+from knowgic.runner.stages import edit_requests, main, run_edit_stage, run_score_stage
 
 LIMIT = 3
 
@@ -220,8 +220,8 @@ def test_every_in_context_prefix_is_recorded_per_edit(knowgic_tiny) -> None:
 
 
 def test_the_leaderboard_shows_prefixes_and_both_ifrs_and_flags_a_gap(split_run: dict[str, Any]) -> None:
-    from leaderboard import views
-    from leaderboard.table import MetricCell, Row, private_ifr_html
+    from knowgic.leaderboard import views
+    from knowgic.leaderboard.table import MetricCell, Row, private_ifr_html
 
     document = split_run["document"]
     frame = views.metrics_frame(_row(document), document)
@@ -266,7 +266,7 @@ def test_the_leaderboard_shows_prefixes_and_both_ifrs_and_flags_a_gap(split_run:
 
 
 def _row(document: dict[str, Any]):
-    from leaderboard.table import Row
+    from knowgic.leaderboard.table import Row
 
     return Row(
         row_id="r",

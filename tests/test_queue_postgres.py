@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.queue import JobQueue, JobState
-from runner.store import ResultsStore
-from runner.submission import submit
+from knowgic.runner.queue import JobQueue, JobState
+from knowgic.runner.store import ResultsStore
+from knowgic.runner.submission import submit
 from tests.test_queue import (  # noqa: F401 - the SQLite scenarios (and their queue fixture), run again here
     queue,
     test_a_job_goes_pending_running_finished,

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from knowgic.cli import build_parser, main
-from runner.queue import JobQueue, JobState
+from knowgic.runner.queue import JobQueue, JobState
 from tests.test_submission import EXAMPLE, MANIFEST, make_submission
 
 

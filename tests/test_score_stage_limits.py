@@ -22,9 +22,9 @@ import pytest
 
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
-from runner.deltas import DeltaEdit, DeltaError, DeltaReader, DeltaWriter, independent_key, model_spec
-from runner.job import JobSpec
-from runner.stages import edit_requests, run_edit_stage, run_score_stage
+from knowgic.runner.deltas import DeltaEdit, DeltaError, DeltaReader, DeltaWriter, independent_key, model_spec
+from knowgic.runner.job import JobSpec
+from knowgic.runner.stages import edit_requests, run_edit_stage, run_score_stage
 
 PREFIX_EDITOR = '''
 from knowgic.editors.base import EditHandle, Editor
@@ -69,7 +69,7 @@ import time
 from pathlib import Path
 
 from knowgic.editors.base import EditHandle, Editor
-from runner.deltas import DeltaEdit, DeltaWriter, independent_key
+from knowgic.runner.deltas import DeltaEdit, DeltaWriter, independent_key
 
 
 class EarlyDeltaEditor(Editor):
@@ -160,7 +160,7 @@ def test_a_huge_prefix_fails_the_score_command_with_one_line_in_bounded_memory(
         sys.exit(done.returncode)
         """
     )
-    command = [sys.executable, "-c", wrapper, sys.executable, "-m", "runner.stages", "score"]
+    command = [sys.executable, "-c", wrapper, sys.executable, "-m", "knowgic.runner.stages", "score"]
     command += ["--job", str(job), "--deltas", str(deltas), "--out", str(tmp_path / "out"), "--timeout", "10"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr

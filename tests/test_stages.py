@@ -27,9 +27,9 @@ from knowgic.editors.hparams import hparams_sha256, load_hparams
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from knowgic.evaluation.results import load_results
-from runner.deltas import FAILED_MARKER, DeltaError
-from runner.job import EditRequests, JobSpec
-from runner.stages import edit_requests, main, run_edit_stage, run_prepare_stage, run_score_stage
+from knowgic.runner.deltas import FAILED_MARKER, DeltaError
+from knowgic.runner.job import EditRequests, JobSpec
+from knowgic.runner.stages import edit_requests, main, run_edit_stage, run_prepare_stage, run_score_stage
 
 LIMIT = 2
 TOLERANCE = 1e-9
@@ -233,7 +233,7 @@ def test_folding_adapters_merges_w_plus_sba_and_undoes_bitwise(knowgic_tiny) -> 
     from knowgic.editors.lora import LoRAEditor
     from knowgic.evaluation.fingerprint import assert_restored, fingerprint
     from knowgic.evaluation.plan import build_plan
-    from runner.deltas import folded_adapters
+    from knowgic.runner.deltas import folded_adapters
 
     model, tokenizer = knowgic_tiny.model, knowgic_tiny.tokenizer
     pristine = fingerprint(model)
@@ -349,7 +349,7 @@ def test_job_spec_round_trips_and_rejects_bad_fields() -> None:
 
 
 def _stage_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "runner.stages", *args]
+    return [sys.executable, "-m", "knowgic.runner.stages", *args]
 
 
 def _run(
@@ -672,7 +672,7 @@ def test_score_stage_refuses_a_folder_holding_a_run_before_any_work(tmp_path) ->
 
 @pytest.mark.slow
 def test_bench_split_measures_the_three_runs_and_they_agree(capsys) -> None:
-    from runner.bench_split import main as bench
+    from knowgic.runner.bench_split import main as bench
 
     assert bench(["--editor", "rome", "--limit", "2", "--json"]) == 0
     figures = json.loads(capsys.readouterr().out)

@@ -13,9 +13,9 @@ import pytest
 
 from knowgic.cli import main
 from knowgic.evaluation.results import content_sha256
-from runner.signing import TrustedKeys, generate_key, load_signer
-from runner.store import STORE_VERSION, ResultsStore, local_entry_id
-from runner.store_checks import LIMITS
+from knowgic.runner.signing import TrustedKeys, generate_key, load_signer
+from knowgic.runner.store import STORE_VERSION, ResultsStore, local_entry_id
+from knowgic.runner.store_checks import LIMITS
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_edited_headline_metrics_with_a_recomputed_hash_are_refused_and_never_ra
 
     entry_id = _drop_in(store, forged)
     assert store.scan().entries == []
-    from leaderboard.table import Board
+    from knowgic.leaderboard.table import Board
 
     board = Board(store.scan(), include_reported=False)
     assert board.rows == [] and any(s.path.name == f"{entry_id}.json" for s in board.skipped)

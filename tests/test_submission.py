@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from knowgic.dataset.versions import latest_version
-from runner.queue import JobQueue
-from runner.store import ResultsStore
-from runner.submission import (
+from knowgic.runner.queue import JobQueue
+from knowgic.runner.store import ResultsStore
+from knowgic.runner.submission import (
     MANIFEST_NAME,
     SubmissionError,
     SubmissionLimits,

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.queue import Job, JobQueue, JobState
-from runner.store import ResultsStore
-from runner.submission import submit
+from knowgic.runner.queue import Job, JobQueue, JobState
+from knowgic.runner.store import ResultsStore
+from knowgic.runner.submission import submit
 from tests.test_submission import MANIFEST, make_submission
 
 THIS_FILE = Path(__file__).resolve()
@@ -118,8 +118,8 @@ class SlowCopyExecutor:
 
 
 if __name__ == "__main__":
-    import runner.commands
+    import knowgic.runner.commands
     from knowgic.cli import main
 
-    runner.commands.default_executor = lambda *args, **kwargs: SlowCopyExecutor()  # type: ignore[assignment]
+    knowgic.runner.commands.default_executor = lambda *args, **kwargs: SlowCopyExecutor()  # type: ignore[assignment]
     sys.exit(main(["runner", "worker", *sys.argv[1:]]))

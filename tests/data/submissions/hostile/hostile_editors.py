@@ -170,8 +170,8 @@ class ForgedDelta(Editor):
     name = "hostile-forged-delta"
 
     def apply(self, model: Any, tokenizer: Any, requests: Any) -> EditHandle:
-        from runner.deltas import DeltaEdit, DeltaWriter, independent_key
-        from runner.job import EditRequests, JobSpec
+        from knowgic.runner.deltas import DeltaEdit, DeltaWriter, independent_key
+        from knowgic.runner.job import EditRequests, JobSpec
 
         spec = JobSpec.read("/job/job.json")
         plan = EditRequests.read("/job/requests.json")
