@@ -5,6 +5,8 @@ how to cite the paper and the benchmark.
 
 from __future__ import annotations
 
+from knowgic.leaderboard.table import HEADLINE, METRIC_COLUMNS, PER_EDIT_METRICS, RANK_METRIC, metric_spec
+
 from knowgic import __version__
 from knowgic.dataset.versions import latest_version, version_dir
 from knowgic.uncertainty import (
@@ -15,7 +17,6 @@ from knowgic.uncertainty import (
     METHODS,
     PAIRED_TEST_BY_KIND,
 )
-from knowgic.leaderboard.table import HEADLINE, METRIC_COLUMNS, PER_EDIT_METRICS, RANK_METRIC, metric_spec
 
 BENCHMARK_BIBTEX = """@software{{knowgic_benchmark,
   title   = {{{{KnowGIC}}: a benchmark of deep knowledge editing in language models}},

@@ -21,12 +21,12 @@ from typing import Any
 from urllib.parse import quote
 
 import pandas as pd
+from knowgic.runner.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
 
 from knowgic.evaluation.results import content_sha256
 from knowgic.evaluation.spec import MetricSpec, load_evaluation_spec
 from knowgic.uncertainty import FEW_EDITS_MARK
 from knowgic.yamlfile import read_yaml
-from knowgic.runner.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
 
 DATA_DIR = Path(__file__).parent / "data"
 REPORTED_DIR = DATA_DIR / "reported"

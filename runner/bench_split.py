@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowgic.argtypes import parse_size
-from knowgic.errors import KnowgicError
 from knowgic.runner.deltas import folder_bytes
 from knowgic.runner.job import REQUESTS_FILE, JobSpec
+
+from knowgic.argtypes import parse_size
+from knowgic.errors import KnowgicError
 
 
 @dataclass

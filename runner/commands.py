@@ -32,8 +32,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from knowgic.argtypes import add_subcommands, positive_int, positive_seconds
-from knowgic.errors import KnowgicError
 from knowgic.runner.options import add_queue_option, add_store_option, queue_url, store_root
 from knowgic.runner.states import (
     DEFAULT_GRACE_SECONDS,
@@ -41,6 +39,9 @@ from knowgic.runner.states import (
     DEFAULT_POLL_SECONDS,
     JobState,
 )
+
+from knowgic.argtypes import add_subcommands, positive_int, positive_seconds
+from knowgic.errors import KnowgicError
 
 if TYPE_CHECKING:
     from knowgic.runner.images import BuiltImage
@@ -240,9 +241,8 @@ def _wheel_hint(version: str) -> str:
 
 def _named_torch_wheel(given: Path, *, local_base: bool) -> Path:
     """``--torch-wheel``: a torch wheel file, or a folder holding exactly one (``pip download -d DIR``)."""
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
     from knowgic.runner.images import LOCAL_BASE_IMAGE
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
     if given.is_dir():
         found = sorted(given.glob("torch-*.whl"))
@@ -272,8 +272,9 @@ def _named_torch_wheel(given: Path, *, local_base: bool) -> Path:
 
 def _host_torch_wheel() -> Path:
     """The host's torch release as a wheel: ``$KNOWGIC_TORCH_WHEEL``, one cached, or ``pip download``."""
-    from knowgic.paths import cache_dir
     from knowgic.runner.images import ImageBuildError, find_torch_wheel
+
+    from knowgic.paths import cache_dir
 
     version, cache = _torch_release(), cache_dir() / "wheels"
     _say(f"torch wheel: torch {version} from $KNOWGIC_TORCH_WHEEL, {cache}, else `pip download` (~200 MB)")

@@ -42,9 +42,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from knowgic.argtypes import parse_size
-from knowgic.errors import KnowgicError
-from knowgic.paths import PROVIDED_STATS_VARIABLE, cache_dir
 from knowgic.runner.images import (
     SUBMISSION_DIR,
     BuiltImage,
@@ -76,6 +73,10 @@ from knowgic.runner.sandbox import (
     run_sandboxed,
 )
 from knowgic.runner.submission import Submission, SubmissionError, unpack_stored_archive
+
+from knowgic.argtypes import parse_size
+from knowgic.errors import KnowgicError
+from knowgic.paths import PROVIDED_STATS_VARIABLE, cache_dir
 
 if TYPE_CHECKING:
     from knowgic.runner.queue import Job

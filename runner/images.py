@@ -38,8 +38,9 @@ from tqdm import tqdm
 from knowgic.errors import KnowgicError
 
 if TYPE_CHECKING:
-    import docker
     from knowgic.runner.submission import Submission
+
+    import docker
 
 DEFAULT_BASE_IMAGE = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
 LOCAL_BASE_IMAGE = "knowgic-base:bookworm"

@@ -49,12 +49,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-
-from knowgic.argtypes import parse_size, positive_seconds
-from knowgic.editors.base import EditHandle, Editor
-from knowgic.errors import KnowgicError
-from knowgic.records import EditRequest
-from knowgic.scoring.logprob import check_prefix_fits
 from knowgic.runner.deltas import (
     SEQUENTIAL_KEY,
     Delta,
@@ -69,6 +63,12 @@ from knowgic.runner.deltas import (
     model_spec,
 )
 from knowgic.runner.job import DONE_MARKER, FAILED_MARKER, REQUESTS_FILE, EditRequests, JobSpec, one_line
+
+from knowgic.argtypes import parse_size, positive_seconds
+from knowgic.editors.base import EditHandle, Editor
+from knowgic.errors import KnowgicError
+from knowgic.records import EditRequest
+from knowgic.scoring.logprob import check_prefix_fits
 
 DEFAULT_QUOTA_BYTES = 2 << 30
 DEFAULT_TIMEOUT_SECONDS = 3600.0

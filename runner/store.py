@@ -45,10 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-
-from knowgic.errors import KnowgicError
-from knowgic.evaluation.results import content_sha256, results_schema
-from knowgic.paths import cache_dir
 from knowgic.runner.options import sqlite_queue_url, store_root
 from knowgic.runner.signing import Signer, TrustedKeys
 from knowgic.runner.store_checks import (
@@ -59,6 +55,10 @@ from knowgic.runner.store_checks import (
     parse_json,
     read_capped,
 )
+
+from knowgic.errors import KnowgicError
+from knowgic.evaluation.results import content_sha256, results_schema
+from knowgic.paths import cache_dir
 
 STORE_VERSION = 1
 SOURCES = ("verified", "local")

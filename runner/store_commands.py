@@ -13,14 +13,16 @@ import argparse
 import json
 from pathlib import Path
 
+from knowgic.runner.options import add_store_option, store_root
+
 from knowgic.argtypes import add_subcommands
 from knowgic.errors import KnowgicError
-from knowgic.runner.options import add_store_option, store_root
 
 
 def _add(args: argparse.Namespace) -> int:
-    from knowgic.evaluation.sweep import results_paths
     from knowgic.runner.store import ResultsStore, local_entry_id
+
+    from knowgic.evaluation.sweep import results_paths
 
     store = ResultsStore(store_root(args.store))
     paths = results_paths(args.results)

@@ -50,12 +50,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from knowgic.errors import KnowgicError
 from knowgic.runner.job import JOB_FOLDER_OWNER, JOB_FOLDER_PREFIX, JobExecutor, JobFailure
 from knowgic.runner.queue import Job, JobLost, JobQueue
 from knowgic.runner.signing import Signer, load_signer
 from knowgic.runner.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS
 from knowgic.runner.store import ResultsStore, StoreFileError, verify_results
+
+from knowgic.errors import KnowgicError
 
 
 class WorkerStopped(BaseException):

@@ -28,7 +28,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from knowgic.runner.queue import JobQueue, JobState
 from knowgic.runner.store import ResultsStore
 

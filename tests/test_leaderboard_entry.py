@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from knowgic.runner.queue import JobQueue, JobState
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from knowgic.runner.job import JobSpec
+from knowgic.runner.stages import edit_requests, main, run_edit_stage, run_score_stage
 
 from knowgic.dataset.loading import load_rows
 from knowgic.dataset.private import read_private_split, write_holdout, write_split
@@ -28,8 +30,6 @@ from knowgic.evaluation.private import IFR_CHECK_RULE, ifr_check
 from knowgic.evaluation.results import load_results, validation_errors
 from knowgic.recompute import check_results
 from knowgic.records import Case
-from knowgic.runner.job import JobSpec
-from knowgic.runner.stages import edit_requests, main, run_edit_stage, run_score_stage
 
 LIMIT = 3
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-
 from knowgic.runner.queue import LOG_CAP_BYTES, JobLost, JobQueue, JobState, QueueError
 from knowgic.runner.submission import Submission
 

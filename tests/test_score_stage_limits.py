@@ -19,12 +19,12 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from knowgic.errors import KnowgicError
-from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from knowgic.runner.deltas import DeltaEdit, DeltaError, DeltaReader, DeltaWriter, independent_key, model_spec
 from knowgic.runner.job import JobSpec
 from knowgic.runner.stages import edit_requests, run_edit_stage, run_score_stage
+
+from knowgic.errors import KnowgicError
+from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 
 PREFIX_EDITOR = '''
 from knowgic.editors.base import EditHandle, Editor

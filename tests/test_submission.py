@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from knowgic.dataset.versions import latest_version
 from knowgic.runner.queue import JobQueue
 from knowgic.runner.store import ResultsStore
 from knowgic.runner.submission import (
@@ -28,6 +26,8 @@ from knowgic.runner.submission import (
     submit,
     write_normalised_archive,
 )
+
+from knowgic.dataset.versions import latest_version
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "custom_editor"
 MANIFEST = {

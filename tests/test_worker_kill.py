@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from knowgic.runner.queue import Job, JobQueue, JobState
 from knowgic.runner.store import ResultsStore
 from knowgic.runner.submission import submit
+
 from tests.test_submission import MANIFEST, make_submission
 
 THIS_FILE = Path(__file__).resolve()
@@ -119,6 +119,7 @@ class SlowCopyExecutor:
 
 if __name__ == "__main__":
     import knowgic.runner.commands
+
     from knowgic.cli import main
 
     knowgic.runner.commands.default_executor = lambda *args, **kwargs: SlowCopyExecutor()  # type: ignore[assignment]
