@@ -50,7 +50,7 @@ COPY knowgic ./knowgic
 COPY runner ./runner
 COPY leaderboard ./leaderboard
 RUN python3 -m pip install --no-deps --no-build-isolation . \
-    && python3 -c "import knowgic.runner, knowgic.leaderboard" \
+    && (cd / && python3 -c "import knowgic.runner, knowgic.leaderboard") \
     && (id -u knowgic >/dev/null 2>&1 || useradd --uid 10001 --user-group --create-home --shell /bin/sh knowgic) \
     && mkdir -p /cache /results && chown knowgic:knowgic /cache /results \
     && rm -rf /opt/knowgic-build
