@@ -255,10 +255,10 @@ def check_results(document: Mapping[str, Any], tolerance: float = DEFAULT_TOLERA
     lacks is listed as ``stated null``. Raises :class:`KnowgicError` when the records cannot be
     recomputed at all (results schema 1.0).
     """
-    recomputed = recompute_metrics(document)
+    spec = load_evaluation_spec()
+    recomputed = recompute_metrics(document, spec=spec)
     stated_metrics = document.get("metrics") or {}
     problems: list[str] = []
-    spec = load_evaluation_spec()
     for path in spec.metric_paths():
         try:
             stated = metric_entry_at(stated_metrics, path)

@@ -31,6 +31,8 @@ import yaml
 from knowgic.runner.queue import JobQueue, JobState
 from knowgic.runner.store import ResultsStore
 
+from tests.container_fixtures import CLI
+
 pytestmark = pytest.mark.container
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -53,12 +55,43 @@ def _cli(
 ) -> subprocess.CompletedProcess[str]:
     """`knowgic ARGS` in a new process, as a user runs it."""
     return subprocess.run(
-        [sys.executable, "-c", "import sys; from knowgic.cli import main; sys.exit(main())", *args],
+        [sys.executable, "-c", CLI, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         env={**os.environ, **(env or {})},
     )
+
+
+def _start_worker(*args: str, output: int = subprocess.DEVNULL) -> subprocess.Popen[str]:
+    """`knowgic runner worker ARGS` started in the background, with the sandbox's test limits."""
+    return subprocess.Popen(
+        [sys.executable, "-c", CLI, "runner", "worker", *args],
+        env={**os.environ, **SANDBOX_ENV},
+        stdout=output,
+        stderr=subprocess.STDOUT if output == subprocess.PIPE else subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def _wait_running(store: Path, job_id: str, timeout: float) -> None:
+    """Until the job's edit and score containers run."""
+    deadline = time.monotonic() + timeout
+    while "[runner] running the edit and score stages" not in _queue(store).logs(job_id):
+        assert time.monotonic() < deadline, _queue(store).logs(job_id)[-2000:]
+        time.sleep(0.5)
+
+
+def _kill_once_running(store: Path, job_id: str, worker: subprocess.Popen[str], timeout: float) -> None:
+    """SIGKILL ``worker`` once its job's containers run (what a crashed host leaves behind)."""
+    try:
+        _wait_running(store, job_id, timeout)
+        time.sleep(2)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
 
 
 def _rank_one_package(folder: Path) -> None:
@@ -433,32 +466,13 @@ def test_a_worker_killed_mid_job_is_replaced_without_loss_or_duplicate(
         tmp_path, "slow", "SlowHonest", {"layer": 1, "steps": 40, "lr": 0.5, "sleep": 8}
     )
     job_id = _submit(store, folder)
-    args = ["runner", "worker", "--store", str(store), "--gpus", "none", "--once", "--heartbeat", "1"]
-    first = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from knowgic.cli import main; sys.exit(main())", *args],
-        env={**os.environ, **SANDBOX_ENV},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:  # kill it once the editor runs in its container
-            if "[runner] running the edit and score stages" in _queue(store).logs(job_id):
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail("the first worker never started the job's containers")
-        time.sleep(2)
-        first.send_signal(signal.SIGKILL)
-        first.wait(30)
-    finally:
-        if first.poll() is None:
-            first.kill()
+    args = ["--store", str(store), "--gpus", "none", "--once", "--heartbeat", "1"]
+    _kill_once_running(store, job_id, _start_worker(*args), timeout=180)
     assert _queue(store).get(job_id).state == JobState.RUNNING
     assert docker_client.containers.list(all=True, filters={"label": f"org.knowgic.job={job_id}"})
 
     time.sleep(3)  # past the grace period of the next worker: the dead worker's heartbeats have stopped
-    second = _cli(*args[:-2], "--heartbeat", "1", "--grace", "2", env=SANDBOX_ENV)
+    second = _cli("runner", "worker", *args[:-2], "--heartbeat", "1", "--grace", "2", env=SANDBOX_ENV)
     assert second.returncode == 0, second.stderr[-2000:]
     job = _queue(store).get(job_id)
     assert job.state == JobState.FINISHED, (job.reason, _queue(store).logs(job_id)[-2000:])
@@ -642,53 +656,25 @@ def test_a_starting_worker_reaps_what_dead_workers_left_and_spares_live_ones(
     workdirs.mkdir()
     slow = {"layer": 1, "steps": 40, "lr": 0.5, "sleep": 20}
     dead_job = _submit(store, _hostile_submission(tmp_path, "dead", "SlowHonest", slow))
-    args = ["runner", "worker", "--store", str(store), "--gpus", "none", "--once", "--heartbeat", "1"]
-    args += ["--workdir", str(workdirs)]
-
-    def start(*extra: str) -> subprocess.Popen:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import sys; from knowgic.cli import main; sys.exit(main())",
-                *args,
-                *extra,
-            ],
-            env={**os.environ, **SANDBOX_ENV},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+    args = ["--store", str(store), "--gpus", "none", "--once", "--heartbeat", "1", "--workdir", str(workdirs)]
 
     def containers(job_id: str) -> list[Any]:
         return docker_client.containers.list(all=True, filters={"label": f"org.knowgic.job={job_id}"})
 
-    def wait_running(job_id: str) -> None:
-        deadline = time.monotonic() + 240
-        while "[runner] running the edit and score stages" not in _queue(store).logs(job_id):
-            assert time.monotonic() < deadline, _queue(store).logs(job_id)[-2000:]
-            time.sleep(0.5)
-
-    first = start()
-    try:
-        wait_running(dead_job)
-        time.sleep(2)
-        first.send_signal(signal.SIGKILL)
-        first.wait(30)
-    finally:
-        if first.poll() is None:
-            first.kill()
+    _kill_once_running(store, dead_job, _start_worker(*args), timeout=240)
     assert containers(dead_job) and len(list(workdirs.iterdir())) == 1  # left behind by the dead worker
     assert _cli("runner", "cancel", dead_job, "--store", str(store)).returncode == 0
 
     live_job = _submit(store, _hostile_submission(tmp_path, "live", "SlowHonest", slow))
-    second = start("--grace", "3")
+    second = _start_worker(*args, "--grace", "3", output=subprocess.PIPE)
     try:
-        wait_running(live_job)
+        _wait_running(store, live_job, 240)
         # The second worker reaped the dead one's containers and folder as it started.
         assert containers(dead_job) == []
         assert [p.name.startswith(f"knowgic-{live_job}-") for p in workdirs.iterdir()] == [True]
-        third = _cli(*args, "--grace", "3", env=SANDBOX_ENV)  # nothing to run: it only looks around
+        third = _cli(
+            "runner", "worker", *args, "--grace", "3", env=SANDBOX_ENV
+        )  # nothing to run: it only looks around
         assert third.returncode == 0, third.stderr[-2000:]
         assert "reaped" not in third.stdout
         assert containers(live_job) and len(list(workdirs.iterdir())) == 1  # the live worker's, untouched
