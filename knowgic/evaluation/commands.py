@@ -246,10 +246,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     c = subparsers.add_parser(
         "compare",
-        help="run B minus run A on every metric, with a paired bootstrap interval",
+        help="run B minus run A on every metric, with a paired interval and p-value",
         description="Compare two runs of the same model, dataset version and hash, protocol and mode, edit by "
-        "edit: per metric the difference B - A with a paired cluster-bootstrap interval over the same "
-        "resampled edits, and whether it excludes 0. Runs that differ in any of those are refused.",
+        "edit: per metric the difference B - A with a paired interval over the same resampled edits and "
+        "the p-value of a paired test (McNemar's exact test for 0/1 metrics, a sign-flip permutation test "
+        "over the edits for the others), and which run is better in words. Runs that differ in any of "
+        "those are refused.",
     )
     c.add_argument("run_a", type=Path, metavar="RUN_A", help="results.json file, or a run folder holding one")
     c.add_argument("run_b", type=Path, metavar="RUN_B", help="results.json file, or a run folder holding one")
