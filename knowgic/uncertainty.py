@@ -184,6 +184,25 @@ COMPOSITES = {p: m.of for p, m in DECLARED.items() if m.kind == "composite"}
 """Each composite metric and the metrics it is computed from (the deep-editing score's four)."""
 
 
+def methods_for(paths: Sequence[str], method_of_kind: Mapping[str, str]) -> list[tuple[str, list[str]]]:
+    """Each method that ``method_of_kind`` (:data:`METHOD_BY_KIND`, :data:`PAIRED_TEST_BY_KIND`) gives the
+    metrics at ``paths``, with the labels of those metrics (each once, in ``paths`` order): what a caption
+    says so that every value's interval or test is named. Kinds without an entry are left out."""
+    groups: dict[str, dict[str, None]] = {}
+    for path in paths:
+        kind = DECLARED[path].kind
+        if kind in method_of_kind:
+            groups.setdefault(method_of_kind[kind], {})[DECLARED[path].label] = None
+    return [(method, list(labels)) for method, labels in groups.items()]
+
+
+def listing(words: Sequence[str]) -> str:
+    """``A``, ``A and B``, ``A, B and C``; a word holding a comma is quoted, so that the list stays
+    readable (``Specificity, "Specificity, same relation" and ...``)."""
+    quoted = [f'"{w}"' if "," in w else w for w in words]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+
+
 @dataclass(frozen=True)
 class BootstrapSettings:
     """How intervals are computed: recorded as the results document's ``uncertainty``."""

@@ -53,7 +53,12 @@ def test_compare_prints_each_metrics_paired_difference(runs, capsys) -> None:
     assert "+1.0000" in efficacy and "│ 0.25 " in efficacy and "not told apart † few edits" in efficacy
     ifr = next(line for line in out.splitlines() if "│ IFR " in line)
     assert "not told apart" in ifr  # the sign-flip test's smallest p over 3 edits is 2/8
-    assert "Paired over the 3 edits: McNemar's exact test" in out
+    # The footnote names each metric's test, from the metric kinds the spec declares.
+    footnote = " ".join(out[out.index("Paired over the 3 edits:") :].split())
+    assert (
+        "McNemar's exact test (Newcombe's hybrid-score interval) for Efficacy and Generalization;" in footnote
+    )
+    assert '(cluster-robust t interval) for Specificity, "Specificity, same relation" and' in footnote
 
 
 def test_compare_json_matches_the_library(runs, capsys) -> None:

@@ -15,7 +15,14 @@ import pytest
 
 from knowgic.cli import build_parser, main
 from knowgic.evaluation.sweep import HEADLINE_COLUMNS, LENGTH_COLUMNS, TIED_MARK, row_labels, summary_table
-from knowgic.uncertainty import compare_results, format_value, metric_entry_at
+from knowgic.uncertainty import (
+    DECLARED,
+    METHOD_BY_KIND,
+    METHODS,
+    compare_results,
+    format_value,
+    metric_entry_at,
+)
 
 
 def _run_main(argv: list[str]) -> int:
@@ -67,6 +74,26 @@ def test_each_value_has_its_interval_and_marks_follow_the_paired_comparison(runs
     # McNemar's p = 0.25, Holm-adjusted 0.5: three edits cannot tell the rows apart, so they are marked tied.
     assert headline[2][3].startswith("**1.000**") and headline[0][3].endswith(TIED_MARK)
     assert "Holm-adjusted" in table and "3 edits" in table and "2000 resamples" in table
+    # The footnote names the interval method of every column, as the metric's declared kind chooses it:
+    # "labels: method; labels: method".
+    footnote = " ".join(table.split())
+    named = {}
+    for group in footnote.partition("(docs/metrics.md): ")[2].partition(". †")[0].split("; "):
+        labels, _, method = group.partition(": ")
+        named.update(dict.fromkeys(re.split(r", | and ", labels), method))
+    for column in (*HEADLINE_COLUMNS, *LENGTH_COLUMNS):
+        declared = DECLARED[column.metric]
+        assert named[declared.label].startswith(METHODS[METHOD_BY_KIND[declared.kind]]), column.metric
+
+
+def test_columns_follow_the_metric_declarations() -> None:
+    """The headline columns are the metrics the spec marks ``headline``, each with its declared arrow."""
+    headline = [name for name, m in DECLARED.items() if m.headline and "." not in name]
+    assert [c.metric for c in HEADLINE_COLUMNS] == headline
+    for column in (*HEADLINE_COLUMNS, *LENGTH_COLUMNS):
+        declared = DECLARED[column.metric]
+        assert column.lower_is_better == declared.lower_is_better
+        assert column.header.endswith(declared.arrow)
 
 
 def _check_column(documents: list[dict[str, Any]], column: Any, cells: list[str]) -> None:

@@ -535,7 +535,15 @@ def run_compare(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from knowgic.evaluation.spec import load_evaluation_spec
-    from knowgic.uncertainty import FEW_EDITS, FEW_EDITS_MARK, PAIRED_TEST_BY_KIND, compare_results
+    from knowgic.uncertainty import (
+        FEW_EDITS,
+        FEW_EDITS_MARK,
+        INTERVAL_METRICS,
+        PAIRED_TEST_BY_KIND,
+        compare_results,
+        listing,
+        methods_for,
+    )
 
     a, b = _run_document(args.run_a), _run_document(args.run_b)
     differences = compare_results(a, b, resamples=args.resamples, seed=args.seed, level=args.level)
@@ -584,11 +592,12 @@ def run_compare(args: argparse.Namespace) -> int:
     # Piped or logged output gets whole lines rather than a table folded to 80 columns.
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(table)
+    tests = "; ".join(
+        f"{test} for {listing(labels)}" for test, labels in methods_for(INTERVAL_METRICS, PAIRED_TEST_BY_KIND)
+    )
     console.print(
-        f"Paired over the {len(a['per_edit'])} edits: McNemar's exact test for Efficacy and Generalization "
-        "(one 0/1 outcome per edit; Newcombe's interval), a sign-flip permutation test for the others "
-        f"(studentized bootstrap interval, {args.resamples} resamples, seed {args.seed}; cluster-robust t for "
-        "Specificity). 'told apart': p < "
+        f"Paired over the {len(a['per_edit'])} edits: {tests}; bootstrap intervals: {args.resamples} "
+        f"resamples, seed {args.seed}. 'told apart': p < "
         f"{1 - args.level:.2g}. {FEW_EDITS_MARK} few edits: fewer than {FEW_EDITS:g} effective edits, where the "
         "measured false-positive rate and coverage miss their levels (docs/metrics.md)."
     )

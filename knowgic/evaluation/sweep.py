@@ -12,17 +12,22 @@ from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
 from knowgic.evaluation.evaluate import EvaluationRequest, check_request, evaluate
 from knowgic.evaluation.results import check_writable, describe_run, load_results, write_atomic
-from knowgic.metrics import MAX_CHAIN_LENGTH
+from knowgic.evaluation.spec import load_evaluation_spec
 from knowgic.uncertainty import (
     DEFAULT_LEVEL,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     FEW_EDITS,
     FEW_EDITS_MARK,
+    METHOD_BY_KIND,
+    METHODS,
+    PAIRED_TEST_BY_KIND,
     BestComparison,
     BootstrapSettings,
     compare_with_best,
     format_value,
+    listing,
+    methods_for,
     metric_entry_at,
     paired_resamples,
 )
@@ -37,15 +42,22 @@ class Column:
     lower_is_better: bool
 
 
-HEADLINE_COLUMNS = (
-    Column("ifr", "IFR ↓", True),
-    Column("preservation", "Pres. ↑", False),
-    Column("efficacy", "Eff. ↑", False),
-    Column("generalization", "Gen. ↑", False),
-    Column("specificity", "Spec. ↑", False),
-    Column("deep_editing_score", "deep ↑", False),
+SPEC = load_evaluation_spec()
+HEADLINE_COLUMNS = tuple(
+    Column(name, f"{m.short or m.label} {m.arrow}", m.lower_is_better)
+    for name, m in SPEC.metrics.items()
+    if m.headline
 )
-LENGTH_COLUMNS = tuple(Column(f"ifr_by_length.{n}", f"n={n} ↓", True) for n in range(1, MAX_CHAIN_LENGTH + 1))
+"""The summary's headline columns: the metrics ``spec/benchmark.yaml`` marks ``headline``, in its order."""
+LENGTH_COLUMNS = tuple(
+    Column(
+        f"ifr_by_length.{n}",
+        f"n={n} {SPEC.metrics['ifr_by_length'].arrow}",
+        SPEC.metrics["ifr_by_length"].lower_is_better,
+    )
+    for n in SPEC.metrics["ifr_by_length"].parts
+)
+"""IFR by chain length, one column per declared length."""
 TIED_MARK = "≈"
 
 
@@ -145,15 +157,26 @@ def summary_table(documents: Sequence[Mapping[str, Any]], sources: Sequence[Path
     cfg = first["config"]
     edits = first["counts"]["edits"]
     level = round(100 * settings.level)
+    paths = [c.metric for c in (*HEADLINE_COLUMNS, *LENGTH_COLUMNS)]
+    intervals = "; ".join(
+        f"{listing(labels)}: {METHODS[method]}"
+        + (
+            f", {settings.resamples} resamples, seed {settings.seed}"
+            if "bootstrap" in METHODS[method]
+            else ""
+        )
+        for method, labels in methods_for(paths, METHOD_BY_KIND)
+    )
+    # The test's name only: compare reports the interval of the difference beside it.
+    test_names = {kind: test.partition(" (")[0] for kind, test in PAIRED_TEST_BY_KIND.items()}
+    tests = "; ".join(f"{test} for {listing(labels)}" for test, labels in methods_for(paths, test_names))
     lines.append("")
     lines.append(
         f"Model `{cfg['model']}` ({cfg['dtype']}, {cfg['device']}), KnowGIC {first['dataset']['version']}, "
         f"protocol `{cfg['protocol']}`, mode `{cfg['mode']}`, seed {cfg['seed']}, {edits} edits. "
-        f"Each value: point estimate [{level}% interval]; the interval's method follows the metric's kind "
-        "(exact Clopper-Pearson for Efficacy and Generalization; for IFR, Preservation and the deep-editing "
-        "score a symmetric studentized cluster bootstrap over the edits, widened for its degrees of freedom, "
-        f"{settings.resamples} resamples, seed {settings.seed}; "
-        "docs/metrics.md; no interval where it cannot be computed, see results.json); – : undefined. "
+        f"Each value: point estimate [{level}% interval], no interval where it cannot be computed (see "
+        f"results.json); – : undefined. The interval's method follows the metric's kind (docs/metrics.md): "
+        f"{intervals}. "
         f"{FEW_EDITS_MARK}: fewer than {FEW_EDITS:g} effective edits: the figure rests on few edits, and its "
         "interval is wide."
     )
@@ -162,8 +185,7 @@ def summary_table(documents: Sequence[Mapping[str, Any]], sources: Sequence[Path
     else:
         lines.append(
             f"**Bold**: the best value of the column. {TIED_MARK}: the paired test of this row against the "
-            "best row (McNemar's exact test for Efficacy and Generalization, a sign-flip permutation test "
-            f"over the edits for the others), Holm-adjusted over the column's rows, has p >= {1 - settings.level:.2g}: "
+            f"best row ({tests}), Holm-adjusted over the column's rows, has p >= {1 - settings.level:.2g}: "
             "these edits cannot tell the row from the best. A value without a mark is told apart from the best "
             "(worse), or has no paired test (one edit, or the metric rests on one edit)."
         )
