@@ -123,12 +123,14 @@ def test_no_zero_width_interval_where_edits_are_at_a_bound(none_run) -> None:
     assert entry["interval_method"] == BOUNDARY_METHOD and "every edit's value is 1" in entry["interval_note"]
     assert 0 < entry["effective_edits"] <= edits and entry["few_edits"]
     # IFR and Preservation are 1 up to the float noise of restoring the weights (differing in the 7th digit
-    # between edits): a proper interval that ends at or below 1, not a point.
+    # between edits): that noise is no spread between edits, so the interval is the same bound as for an
+    # exact 1 (a studentized interval of the noise alone would run to 0), not a point.
     for name in ("ifr", "preservation"):
         values = [r[name] for r in per_edit]
         assert all(abs(v - 1.0) < 1e-5 for v in values) and len(set(values)) > 1, name
         low, high = m[name]["interval"]
-        assert low < high <= 1.0, name
+        assert high == 1.0 and low == pytest.approx(0.025 ** (1 / m[name]["effective_edits"]), rel=1e-4), name
+        assert m[name]["interval_method"] == BOUNDARY_METHOD, name
     # The deep-editing score is 0 (Efficacy 0) and its interval reaches above 0, from its parts' intervals.
     low, high = m["deep_editing_score"]["interval"]
     assert m["deep_editing_score"]["value"] == 0.0 and low == 0.0 < high
