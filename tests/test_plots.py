@@ -128,6 +128,19 @@ def test_null_metrics_show_their_reason(runs) -> None:
     plt.close(fig)
 
 
+def test_a_point_interval_a_bit_off_its_value_still_plots(runs) -> None:
+    """The stated value comes from the chain records and a point interval from the per-edit sums: they can
+    differ in the last bit, which must draw a zero-length bar rather than fail."""
+    import math
+
+    doc = copy.deepcopy(runs["ice-2"])
+    entry = next(e for e in doc["metrics"]["ifr_by_length"].values() if e.get("value") is not None)
+    point = math.nextafter(entry["value"], 2.0)
+    entry["interval"] = [point, point]
+    fig = ifr_by_length_figure(doc)
+    plt.close(fig)
+
+
 def test_write_plots_writes_pngs(runs, tmp_path: Path) -> None:
     paths = write_plots(_null_document(runs["ice-2"]), tmp_path)
     assert [p.name for p in paths] == ["ifr_by_length.png", "per_edit.png"]

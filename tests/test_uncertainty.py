@@ -16,6 +16,7 @@ from scipy import stats
 from knowgic.cli import main
 from knowgic.uncertainty import (
     BOUNDARY_METHOD,
+    CONSTANT_METHOD,
     INTERVAL_METRICS,
     METHODS,
     BootstrapSettings,
@@ -99,6 +100,18 @@ def test_an_interval_needs_two_contributing_edits() -> None:
     assert one.low is None and one.reason is not None and "one edit" in one.reason
     single = ratio_interval(Ratio(np.array([0.3]), np.array([1.0])))
     assert single.low is None and single.reason is not None
+
+
+def test_rounding_is_no_spread_but_a_small_values_spread_is() -> None:
+    """A spread below the scorer's float32 rounding (1e-5 of the value) is none: the interval is the point
+    (a studentized interval of that noise alone would run over the whole range); a small value with a
+    spread of its own keeps a proper interval."""
+    b = np.ones(8)
+    noisy = ratio_interval(Ratio(0.5 + 1e-7 * np.array([0, 1, 0, 2, 0, 0, 1, 0]), b))
+    assert noisy.method == CONSTANT_METHOD and noisy.low == noisy.high
+    small = ratio_interval(Ratio(1e-8 * np.array([1.0, 2.0, 3.0, 1.5, 2.5, 1.0, 2.0, 3.0]), b))
+    assert small.method != CONSTANT_METHOD and small.low is not None and small.high is not None
+    assert small.low < 2e-8 < small.high
 
 
 # --- real runs --------------------------------------------------------------------------------------------

@@ -105,8 +105,10 @@ def ifr_by_length_figure(document: Mapping[str, Any]) -> plt.Figure:
     lows, highs = [], []
     for n, value in zip(lengths, values, strict=True):
         interval = by_length[n].get("interval")
-        lows.append(value - interval[0] if value is not None and interval else 0.0)
-        highs.append(interval[1] - value if value is not None and interval else 0.0)
+        # Clamped at 0: the stated value (from the chain records) and a point interval (from the per-edit
+        # sums) can differ in the last bit.
+        lows.append(max(0.0, value - interval[0]) if value is not None and interval else 0.0)
+        highs.append(max(0.0, interval[1] - value) if value is not None and interval else 0.0)
     # Error bars only where an interval exists: a zero-length bar would read as an interval of width 0.
     with_interval = [
         i for i, n in enumerate(lengths) if values[i] is not None and by_length[n].get("interval")
