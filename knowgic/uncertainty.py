@@ -429,19 +429,19 @@ def resample_counts(n_edits: int, resamples: int, seed: int) -> np.ndarray:
 _TINY = 1e-12
 _BIG = 1e12
 ROUNDING = 1e-5
-"""Relative spread that is the scorer's rounding, not a difference between edits: probabilities come from
-float32 forward passes, and the same prompt scored in another batch moves by about 1e-6 relative (the
-unedited model's IFR on gemma3-270m is 0.9999997, one edit at 0.999998). A standard error below this share
-of the value (:func:`_no_spread`) is treated as none, and so is a paired difference below this share of the
-runs' values, so that such noise neither gets the whole [0, 1] from a studentized interval (every resample
-without the odd edit has no spread) nor a test of its own. Relative, because a small value's spread is
-not rounding: LoRA's IFR of 4-step chains on knowgic-tiny is 4e-8 with a spread of its own."""
+"""Spread that is the scorer's rounding, not a difference between edits: probabilities come from float32
+forward passes, and the same prompt scored in another batch moves by about 1e-6 relative (the unedited
+model's IFR on gemma3-270m is 0.9999997, one edit at 0.999998). A standard error or a paired difference
+below this is treated as none (:func:`_no_spread`), so that such noise neither gets the whole range from a
+studentized interval (every resample without the odd edit has no spread) nor a test of its own. Absolute,
+not relative to the value: a spread this small is far below any figure a table shows, and a relative rule
+would hand a near-zero value's rounding to the studentized interval, whose end then scales with it (LoRA's
+uncapped IFR of 1.4e-6 on 2 edits got an upper end of 3e6 that moved with the last digits of the scores)."""
 
 
-def _no_spread(se: np.ndarray, value: np.ndarray) -> np.ndarray:
-    """Where a standard error is the scorer's rounding of ``value`` (:data:`ROUNDING`), or 0."""
-    with np.errstate(invalid="ignore"):
-        return ~(se > np.maximum(ROUNDING * np.abs(value), _TINY))
+def _no_spread(se: np.ndarray) -> np.ndarray:
+    """Where a standard error (or a paired difference) is the scorer's rounding (:data:`ROUNDING`), or 0."""
+    return ~(se > ROUNDING)
 
 
 # Interval status codes of the batched core (the wrappers turn them into reasons, methods and notes).
@@ -701,7 +701,7 @@ def _intervals_of(
         method = "studentized" if method == "bernoulli_bound" else method
         low, high = _bootstrap_bounds(method, lin, level, spec.bounds)
     se0 = _se(lin)[:, 0]
-    constant = _no_spread(se0, value)
+    constant = _no_spread(se0)
     lo_b, hi_b = spec.bounds
     # At a bound up to the scorer's rounding.
     at_low = (lo_b is not None) & np.isclose(value, lo_b if lo_b is not None else 0.0, rtol=0, atol=ROUNDING)
@@ -1012,8 +1012,7 @@ def batch_differences(
     low, high = _bootstrap_bounds(PAIRED_METHOD_BY_KIND[spec.kind], lin, level)
     diff = lin.theta[:, 0]
     se0 = _se(lin)[:, 0]
-    scale = np.maximum(np.abs(la.theta[:, 0]), np.abs(lb.theta[:, 0]))
-    constant = _no_spread(se0, scale)
+    constant = _no_spread(se0)
     low, high = np.where(constant, diff, low), np.where(constant, diff, high)
     lo_b, hi_b = spec.bounds
     if lo_b is not None and hi_b is not None:
@@ -1025,7 +1024,7 @@ def batch_differences(
     hits = (swapped >= observed - 1e-12).sum(axis=1)
     valid = (~np.isnan(swapped)).sum(axis=1)
     p = hits / np.maximum(valid, 1) if exact else (1 + hits) / (1 + valid)
-    p = np.where(_no_spread(np.abs(diff), scale), 1.0, np.minimum(1.0, p))
+    p = np.where(_no_spread(np.abs(diff)), 1.0, np.minimum(1.0, p))
     defined = ~np.isnan(diff)
     status = np.where(defined, OK, UNDEFINED)
     status = np.where(defined & (np.minimum(la.m[:, 0], lb.m[:, 0]) < 2), ONE_EDIT, status)

@@ -102,16 +102,16 @@ def test_an_interval_needs_two_contributing_edits() -> None:
     assert single.low is None and single.reason is not None
 
 
-def test_rounding_is_no_spread_but_a_small_values_spread_is() -> None:
-    """A spread below the scorer's float32 rounding (1e-5 of the value) is none: the interval is the point
-    (a studentized interval of that noise alone would run over the whole range); a small value with a
-    spread of its own keeps a proper interval."""
+def test_rounding_is_no_spread_but_a_real_spread_is() -> None:
+    """A spread below the scorer's float32 rounding (a standard error under 1e-5) is none: the interval is
+    the point (a studentized interval of that noise alone would run over the whole range); a spread above
+    it keeps a proper interval."""
     b = np.ones(8)
     noisy = ratio_interval(Ratio(0.5 + 1e-7 * np.array([0, 1, 0, 2, 0, 0, 1, 0]), b))
     assert noisy.method == CONSTANT_METHOD and noisy.low == noisy.high
-    small = ratio_interval(Ratio(1e-8 * np.array([1.0, 2.0, 3.0, 1.5, 2.5, 1.0, 2.0, 3.0]), b))
-    assert small.method != CONSTANT_METHOD and small.low is not None and small.high is not None
-    assert small.low < 2e-8 < small.high
+    spread = ratio_interval(Ratio(0.5 + 1e-3 * np.array([0, 1, 0, 2, 0, 0, 1, 0]), b))
+    assert spread.method != CONSTANT_METHOD and spread.low is not None and spread.high is not None
+    assert spread.low < 0.5005 < spread.high
 
 
 # --- real runs --------------------------------------------------------------------------------------------
