@@ -144,6 +144,8 @@ METHODS = {
     ),
 }
 """Every interval method this module implements (the simulation of docs/metrics.md measures them all)."""
+BOOTSTRAP_METHODS = frozenset({"studentized", "studentized_satterthwaite", "percentile", "bca"})
+"""The methods of :data:`METHODS` that resample edits (a caption states their resamples and seed)."""
 BOUNDARY_METHOD = "Clopper-Pearson bound on the effective number of edits (every edit at the bound)"
 CONSTANT_METHOD = "none: every edit has the same value"
 METHOD_BY_KIND = {

@@ -16,6 +16,7 @@ import pytest
 from knowgic.cli import build_parser, main
 from knowgic.evaluation.sweep import HEADLINE_COLUMNS, LENGTH_COLUMNS, TIED_MARK, row_labels, summary_table
 from knowgic.uncertainty import (
+    BOOTSTRAP_METHODS,
     DECLARED,
     METHOD_BY_KIND,
     METHODS,
@@ -94,6 +95,8 @@ def test_columns_follow_the_metric_declarations() -> None:
         declared = DECLARED[column.metric]
         assert column.lower_is_better == declared.lower_is_better
         assert column.header.endswith(declared.arrow)
+    # The methods whose captions give resamples and seed are methods the module declares.
+    assert BOOTSTRAP_METHODS.issubset(METHODS)
 
 
 def _check_column(documents: list[dict[str, Any]], column: Any, cells: list[str]) -> None:

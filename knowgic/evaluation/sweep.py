@@ -12,8 +12,9 @@ from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
 from knowgic.evaluation.evaluate import EvaluationRequest, check_request, evaluate
 from knowgic.evaluation.results import check_writable, describe_run, load_results, write_atomic
-from knowgic.evaluation.spec import load_evaluation_spec
 from knowgic.uncertainty import (
+    BOOTSTRAP_METHODS,
+    DECLARED,
     DEFAULT_LEVEL,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -42,20 +43,16 @@ class Column:
     lower_is_better: bool
 
 
-SPEC = load_evaluation_spec()
 HEADLINE_COLUMNS = tuple(
-    Column(name, f"{m.short or m.label} {m.arrow}", m.lower_is_better)
-    for name, m in SPEC.metrics.items()
-    if m.headline
+    Column(path, f"{m.short or m.label} {m.arrow}", m.lower_is_better)
+    for path, m in DECLARED.items()
+    if m.headline and not m.parts
 )
 """The summary's headline columns: the metrics ``spec/benchmark.yaml`` marks ``headline``, in its order."""
 LENGTH_COLUMNS = tuple(
-    Column(
-        f"ifr_by_length.{n}",
-        f"n={n} {SPEC.metrics['ifr_by_length'].arrow}",
-        SPEC.metrics["ifr_by_length"].lower_is_better,
-    )
-    for n in SPEC.metrics["ifr_by_length"].parts
+    Column(path, f"n={path.partition('.')[2]} {m.arrow}", m.lower_is_better)
+    for path, m in DECLARED.items()
+    if m.name == "ifr_by_length"
 )
 """IFR by chain length, one column per declared length."""
 TIED_MARK = "≈"
@@ -160,11 +157,7 @@ def summary_table(documents: Sequence[Mapping[str, Any]], sources: Sequence[Path
     paths = [c.metric for c in (*HEADLINE_COLUMNS, *LENGTH_COLUMNS)]
     intervals = "; ".join(
         f"{listing(labels)}: {METHODS[method]}"
-        + (
-            f", {settings.resamples} resamples, seed {settings.seed}"
-            if "bootstrap" in METHODS[method]
-            else ""
-        )
+        + (f", {settings.resamples} resamples, seed {settings.seed}" if method in BOOTSTRAP_METHODS else "")
         for method, labels in methods_for(paths, METHOD_BY_KIND)
     )
     # The test's name only: compare reports the interval of the difference beside it.
