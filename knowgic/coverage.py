@@ -1,10 +1,10 @@
-r"""How often the intervals and paired tests of :mod:`knowgic.uncertainty` are right: a simulation.
+r"""How often the intervals and paired tests of :mod:`knowgic.intervals` and :mod:`knowgic.paired` are right: a simulation.
 
 A *population* is a set of edits with their per-edit sums :math:`(a_e, b_e)` for each metric (the
-sufficient statistics of :func:`knowgic.uncertainty.edit_statistics`). Its true value of a metric is
+sufficient statistics of :func:`knowgic.measure.compute.metric_sums`). Its true value of a metric is
 :math:`\theta = \sum_e a_e / \sum_e b_e` over the whole population (a composite: of its parts' true values).
 A *sample* draws E edits from it with replacement, as a run draws its edits from all the edits one could
-write; the interval of the sample is computed by :func:`knowgic.uncertainty.batch_intervals`, the function
+write; the interval of the sample is computed by :func:`knowgic.intervals.batch_intervals`, the function
 every results document's intervals come from (:func:`knowgic.recompute.recompute_metrics`)::
 
     populations (real per-edit records of knowgic-tiny runs; synthetic skewed ones)
@@ -33,20 +33,19 @@ from typing import Any
 
 import numpy as np
 
-from knowgic.evaluation.spec import MetricSpec
-from knowgic.uncertainty import (
+from knowgic.intervals import (
     BOUNDARY,
     CONSTANT,
-    DECLARED,
     FROM_PARTS,
     METHOD_BY_KIND,
     OK,
     BootstrapSettings,
-    batch_differences,
     batch_intervals,
-    edit_statistics,
-    sign_flips,
 )
+from knowgic.measure.compute import metric_sums
+from knowgic.measure.records import Records
+from knowgic.paired import batch_differences, sign_flips
+from knowgic.spec import MetricSpec, benchmark_spec
 
 POPULATIONS_FILE = Path(__file__).resolve().parent.parent / "tests" / "data" / "coverage_populations.json"
 HAS_INTERVAL = (OK, BOUNDARY, CONSTANT, FROM_PARTS)
@@ -63,16 +62,17 @@ class Population:
         """The declared metrics this population has every sum of (a composite: all its parts)."""
         return {
             p: m
-            for p, m in DECLARED.items()
+            for p, m in benchmark_spec().metric_paths().items()
             if (p in self.sums if m.kind != "composite" else all(q in self.sums for q in m.of))
             and (m.kind == "composite" or self.sums[p][1].sum() > 0)
         }
 
     def truth(self, path: str) -> float:
-        spec = DECLARED[path]
+        declared = benchmark_spec().metric_paths()
+        spec = declared[path]
         if spec.kind == "composite":
             xs = [
-                1 - min(1.0, self.truth(p)) if DECLARED[p].lower_is_better else self.truth(p) for p in spec.of
+                1 - min(1.0, self.truth(p)) if declared[p].lower_is_better else self.truth(p) for p in spec.of
             ]
             return 0.0 if min(xs) <= 0 else len(xs) / sum(1 / x for x in xs)
         a, b = self.sums[path]
@@ -80,8 +80,10 @@ class Population:
 
 
 def population_of_document(name: str, document: Mapping[str, Any]) -> Population:
-    stats = edit_statistics(document)
-    return Population(name, {p: (r.numerator.copy(), r.denominator.copy()) for p, r in stats.ratios.items()})
+    sums = metric_sums(Records.from_document(document), benchmark_spec())
+    return Population(
+        name, {p: (s.ratio.numerator.copy(), s.ratio.denominator.copy()) for p, s in sums.items()}
+    )
 
 
 def synthetic_populations(n: int = 2000, seed: int = 12) -> list[Population]:
@@ -154,7 +156,7 @@ def coverage(
     method_names: dict[str, str] = {}
     for start in range(0, samples, chunk):
         idx = rng.integers(0, size, size=(min(chunk, samples - start), n_edits))
-        batch = batch_intervals(_draw(pop, idx, declared), settings, methods, declared)
+        batch = batch_intervals(_draw(pop, idx, declared), settings, declared, methods)
         for p, result in batch.items():
             ok = np.isin(result.status, HAS_INTERVAL)
             truth = pop.truth(p)
@@ -216,7 +218,7 @@ def false_told_apart(
                 shrunk[p] = (theta * b + 0.5 * (a - theta * b), b)
             sb = shrunk
         for p in declared:
-            result = batch_differences(p, sa, sb, settings, flips)
+            result = batch_differences(p, benchmark_spec().metric_paths(), sa, sb, settings, flips)
             ok = result.status == OK
             counted[p] += int(ok.sum())
             told[p] += int((ok & (result.p_value < 1 - settings.level)).sum())
@@ -277,7 +279,7 @@ def null_table(
             for n in sizes:
                 result = false_told_apart(a, b, n, samples, null, resamples, paths=NULL_METRICS)
                 for p, r in result.items():
-                    label = DECLARED[p].label if "." not in p else p
+                    label = benchmark_spec().path_label(p) if "." not in p else p
                     lines.append(
                         f"| {a.name} / {b.name if null == 'exchangeable' else a.name + ' (pulled in)'} | {null} | "
                         f"{label} | {n} | {_fmt(r['test'])} | {_fmt(r['interval'])} |"

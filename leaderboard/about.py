@@ -9,14 +9,9 @@ from knowgic.leaderboard.table import HEADLINE, METRIC_COLUMNS, PER_EDIT_METRICS
 
 from knowgic import __version__
 from knowgic.dataset.versions import latest_version, version_dir
-from knowgic.uncertainty import (
-    DEFAULT_LEVEL,
-    FEW_EDITS,
-    FEW_EDITS_MARK,
-    METHOD_BY_KIND,
-    METHODS,
-    PAIRED_TEST_BY_KIND,
-)
+from knowgic.formatting import FEW_EDITS_MARK
+from knowgic.intervals import DEFAULT_LEVEL, FEW_EDITS, METHOD_BY_KIND, METHODS
+from knowgic.paired import PAIRED_TEST_BY_KIND
 
 BENCHMARK_BIBTEX = """@software{{knowgic_benchmark,
   title   = {{{{KnowGIC}}: a benchmark of deep knowledge editing in language models}},

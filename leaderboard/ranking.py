@@ -3,9 +3,9 @@
 ::
 
     runs of one track (model, protocol, mode, dataset version)
-        │  group by what makes two runs comparable edit by edit (knowgic.uncertainty.comparability_problem)
+        │  group by what makes two runs comparable edit by edit (knowgic.measure.compare.comparability_problem)
         ▼
-    per group: paired_resamples, then knowgic.uncertainty.ranks_by_significance
+    per group: paired_resamples, then knowgic.measure.compare.ranks_by_significance
         │  every pair compared by the paired test of the score's kind, the family controlled by Holm
         │  (across groups, which share no edits: j beats i when j's interval lies wholly above i's)
         ▼
@@ -23,7 +23,7 @@ from typing import Any
 from knowgic.leaderboard.table import RANK_METRIC
 
 from knowgic.errors import KnowgicError
-from knowgic.uncertainty import comparability_problem, paired_resamples, ranks_by_significance
+from knowgic.measure.compare import comparability_problem, paired_resamples, ranks_by_significance
 
 
 def _score(document: Mapping[str, Any]) -> tuple[float | None, float | None, float | None]:

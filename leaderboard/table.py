@@ -24,14 +24,14 @@ import pandas as pd
 from knowgic.runner.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
 
 from knowgic.evaluation.results import content_sha256
-from knowgic.evaluation.spec import MetricSpec, load_evaluation_spec
-from knowgic.uncertainty import FEW_EDITS_MARK
+from knowgic.formatting import FEW_EDITS_MARK
+from knowgic.spec import MetricSpec, benchmark_spec
 from knowgic.yamlfile import read_yaml
 
 DATA_DIR = Path(__file__).parent / "data"
 REPORTED_DIR = DATA_DIR / "reported"
 
-_SPEC = load_evaluation_spec()
+_SPEC = benchmark_spec()
 _SPEC_METRICS = _SPEC.metrics
 RANK_METRIC = "deep_editing_score"
 # Every column comes from the metric declarations in spec/benchmark.yaml: the headline metrics are the
@@ -304,7 +304,7 @@ def row_from_entry(entry: StoreEntry) -> Row:
     private = summary.get("private")
     private_ifr = private_check = None
     if isinstance(private, Mapping) and isinstance(private.get("metrics"), Mapping):
-        from knowgic.evaluation.private import ifr_check
+        from knowgic.measure.compare import ifr_check
 
         private_ifr = MetricCell.from_results(private["metrics"].get("ifr"), "not in this file")
         # Decided here from the two metrics (as the score stage decides it), not taken from the file.

@@ -168,7 +168,7 @@ def private_note(document: Mapping[str, Any]) -> str:
     if not isinstance(private, Mapping):
         return ""
     esc = html.escape
-    from knowgic.evaluation.private import ifr_check
+    from knowgic.measure.compare import ifr_check
 
     dataset = private.get("dataset") or {}
     try:  # decided here from the two metrics, as the score stage decides it, not taken from the file
@@ -378,10 +378,11 @@ def verdict(difference: Any) -> str | None:
 
 
 def _side_by_side(a: Mapping[str, Any], b: Mapping[str, Any], differences: Mapping[str, Any]) -> pd.DataFrame:
-    from knowgic.uncertainty import INTERVAL_METRICS, metric_entry_at
+    from knowgic.measure.compute import metric_entry_at
+    from knowgic.spec import benchmark_spec
 
     records = []
-    for path in INTERVAL_METRICS:
+    for path in benchmark_spec().metric_paths():
         try:
             ea, eb = metric_entry_at(a["metrics"], path), metric_entry_at(b["metrics"], path)
         except KeyError:
@@ -416,11 +417,11 @@ def _side_by_side(a: Mapping[str, Any], b: Mapping[str, Any], differences: Mappi
 
 def summary_sentences(differences: Mapping[str, Any]) -> tuple[str, ...]:
     """The comparison in words: the deep-editing score first, then which run is better on which metric."""
-    from knowgic.uncertainty import INTERVAL_METRICS
+    from knowgic.spec import benchmark_spec
 
     by_verdict: dict[str, list[str]] = {}
     sentences = []
-    for path in INTERVAL_METRICS:
+    for path in benchmark_spec().metric_paths():
         diff = differences.get(path)
         if diff is None:
             continue
@@ -471,7 +472,7 @@ def _edits_side_by_side(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFr
 def compare(row_a: Row | None, row_b: Row | None) -> Comparison:
     """Two results of one model, metric by metric (with paired bootstrap intervals of B − A when the runs
     cover the same edits) and edit by edit."""
-    from knowgic.uncertainty import compare_results
+    from knowgic.measure.compare import compare_results
 
     empty = Comparison("", pd.DataFrame(columns=_COMPARE_COLUMNS), pd.DataFrame())
     if row_a is None or row_b is None:

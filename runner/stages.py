@@ -82,9 +82,9 @@ def resolved(spec: JobSpec) -> JobSpec:
     """``spec`` with the benchmark's default protocol and mode filled in where it names none."""
     if spec.protocol is not None and spec.mode is not None:
         return spec
-    from knowgic.evaluation.spec import load_evaluation_spec
+    from knowgic.spec import benchmark_spec
 
-    bench = load_evaluation_spec()
+    bench = benchmark_spec()
     return replace(
         spec, protocol=spec.protocol or bench.default_protocol, mode=spec.mode or bench.default_mode
     )

@@ -144,9 +144,9 @@ class _Range:
 @lru_cache(maxsize=1)
 def _ranges() -> dict[str, _Range]:
     """Each declared metric's label and range, from spec/benchmark.yaml (the one declaration)."""
-    from knowgic.evaluation.spec import load_evaluation_spec
+    from knowgic.spec import benchmark_spec
 
-    return {name: _Range(m.label, *m.bounds) for name, m in load_evaluation_spec().metrics.items()}
+    return {name: _Range(m.label, *m.bounds) for name, m in benchmark_spec().metrics.items()}
 
 
 def _metric_entries(metrics: Mapping[str, Any]) -> Iterator[tuple[str, tuple[str, ...], Mapping[str, Any]]]:

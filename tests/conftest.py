@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -146,3 +146,17 @@ def worker_signing_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+@pytest.fixture
+def use_spec(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], None]]:
+    """``use_spec(path)``: the process reads ``path`` as its benchmark spec until the test ends (the spec is
+    read once per process, so the cached one is dropped before and after)."""
+    from knowgic import spec
+
+    def use(path: Path) -> None:
+        monkeypatch.setattr(spec, "spec_file", lambda: path)
+        spec.benchmark_spec.cache_clear()
+
+    yield use
+    spec.benchmark_spec.cache_clear()

@@ -11,7 +11,7 @@ import pytest
 
 from knowgic.cli import main
 from knowgic.errors import KnowgicError
-from knowgic.uncertainty import comparability_problem, compare_results
+from knowgic.measure.compare import comparability_problem, compare_results
 
 
 def _run_main(argv: list[str]) -> int:

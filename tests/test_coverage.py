@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from knowgic.coverage import coverage, false_told_apart, load_populations, synthetic_populations
-from knowgic.uncertainty import clopper_pearson, holm
+from knowgic.intervals import clopper_pearson
+from knowgic.paired import holm
 
 
 @pytest.fixture(scope="module")

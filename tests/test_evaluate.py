@@ -24,8 +24,8 @@ from knowgic.evaluation.results import (
     validation_errors,
     write_run_outputs,
 )
-from knowgic.evaluation.spec import load_evaluation_spec
 from knowgic.paths import spec_dir
+from knowgic.spec import benchmark_spec, read_spec
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_results_document(identity_run) -> None:
     assert doc["counts"]["recoverable_chains"] == doc["counts"]["active_chains"]
     assert len(doc["per_edit"]) == 26
     # Every metric's definition version is recorded, as the spec declares it.
-    spec = load_evaluation_spec()
+    spec = benchmark_spec()
     assert doc["metric_versions"] == {k: spec.metrics[k].version for k in doc["metrics"]}
     # A null per-edit metric always says why.
     for record in doc["per_edit"]:
@@ -114,7 +114,7 @@ def test_printed_directions_come_from_the_spec(identity_run, tmp_path, capsys) -
     )
     assert changed != text
     (tmp_path / "benchmark.yaml").write_text(changed, encoding="utf-8")
-    print_results(identity_run.document, spec=load_evaluation_spec(tmp_path / "benchmark.yaml"))
+    print_results(identity_run.document, spec=read_spec(tmp_path / "benchmark.yaml"))
     printed = capsys.readouterr().out
     assert re.search(
         r"Indirect recovery +│ +1\.0000 +│ +\[[^│]+\] +│ +\d+ +│ +\d+ \([\d.]+\) +│ higher", printed

@@ -1,4 +1,4 @@
-"""The evaluation sections of spec/benchmark.yaml: typed loading, checks, and where the code uses them."""
+"""spec/benchmark.yaml: one reader (knowgic.spec), its schema, its checks, and where the code uses it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import yaml
 
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, check_request
-from knowgic.evaluation.outcomes import _COMPUTE
-from knowgic.evaluation.spec import load_evaluation_spec
+from knowgic.measure.definitions import METRICS
 from knowgic.paths import spec_dir
+from knowgic.spec import benchmark_spec, read_spec
 
 
 def _spec_data() -> dict:
@@ -24,11 +24,11 @@ def _write(tmp_path: Path, data: dict) -> Path:
     return path
 
 
-def test_shipped_spec_declares_every_metric_the_runner_computes() -> None:
-    spec = load_evaluation_spec()
+def test_shipped_spec_declares_every_metric_the_registry_computes() -> None:
+    spec = benchmark_spec()
+    assert METRICS.problem(spec) is None
     assert spec.default_protocol == "logprob" and spec.default_mode == "independent"
     assert list(spec.modes) == ["independent", "sequential"]
-    assert set(spec.metrics) == set(_COMPUTE)
     kinds = {name: m.kind for name, m in spec.metrics.items()}
     assert kinds["efficacy"] == kinds["generalization"] == "edit_outcome"
     assert kinds["specificity"] == "clustered_proportion" and kinds["ifr"] == "ratio_of_sums"
@@ -37,13 +37,28 @@ def test_shipped_spec_declares_every_metric_the_runner_computes() -> None:
     assert spec.metrics["ifr"].direction == "lower" and spec.metrics["ifr"].label == "IFR"
     assert spec.metrics["specificity"].direction == "higher"
     assert all(m.version >= 1 for m in spec.metrics.values())
+    assert spec.protocol("generate").known_threshold == 0.2 and spec.protocols["logprob"].deterministic
+    assert "1.1.0" in spec.versions and spec.versions["1.1.0"].based_on == "1.0.0"
 
 
-def test_request_defaults_come_from_the_spec(tmp_path, monkeypatch) -> None:
+def test_the_spec_is_read_once_and_not_at_import() -> None:
+    """benchmark_spec() caches one object; importing the metric code does not read the file."""
+    import subprocess
+    import sys
+
+    assert benchmark_spec() is benchmark_spec()
+    code = (
+        "import knowgic.spec as s, knowgic.measure.compare, knowgic.intervals, knowgic.paired, "
+        "knowgic.recompute, knowgic.evaluation.sweep; print(s.benchmark_spec.cache_info().currsize)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "0"
+
+
+def test_request_defaults_come_from_the_spec(tmp_path, use_spec) -> None:
     data = _spec_data()
     data["default_protocol"], data["default_mode"] = "greedy", "sequential"
-    path = _write(tmp_path, data)
-    monkeypatch.setattr("knowgic.scoring.spec.spec_dir", lambda: path.parent)
+    use_spec(_write(tmp_path, data))
     request = EvaluationRequest(model="knowgic-tiny", editor="none")
     assert (request.protocol, request.mode) == ("greedy", "sequential")
 
@@ -51,35 +66,52 @@ def test_request_defaults_come_from_the_spec(tmp_path, monkeypatch) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d["metrics"]["ifr"].update(direction="down"), r"metrics\.ifr\.direction"),
-        (lambda d: d["metrics"]["efficacy"].update(version=0), r"metrics\.efficacy\.version"),
-        (lambda d: d["metrics"]["preservation"].pop("label"), r"metrics\.preservation\.label"),
-        (lambda d: d["metrics"]["ifr"].update(kind="mean"), r"metrics\.ifr\.kind must be one of"),
-        (lambda d: d["metrics"]["ifr"].update(bounds=[1, 0]), r"metrics\.ifr\.bounds"),
+        (
+            lambda d: d["metrics"]["ifr"].update(direction="down"),
+            r"metrics\.ifr\.direction: 'down' is not one",
+        ),
+        (lambda d: d["metrics"]["efficacy"].update(version=0), r"metrics\.efficacy\.version: 0 is less than"),
+        (
+            lambda d: d["metrics"]["preservation"].pop("label"),
+            r"metrics\.preservation: 'label' is a required",
+        ),
+        (lambda d: d["metrics"]["ifr"].update(kind="mean"), r"metrics\.ifr\.kind: 'mean' is not one of"),
+        (lambda d: d["metrics"]["ifr"].update(bounds=[1, 0]), r"metrics\.ifr\.bounds must be \[low, high\]"),
+        (lambda d: d["metrics"]["ifr"].update(colour="red"), r"metrics\.ifr: Additional properties"),
+        (lambda d: d["metrics"]["deep_editing_score"].pop("of"), r"metrics\.deep_editing_score: 'of' is a"),
         (lambda d: d["metrics"]["deep_editing_score"].update(of=["ifr", "x"]), r"of names x"),
         (lambda d: d.update(default_mode="parallel"), "default_mode 'parallel'"),
         (lambda d: d.update(default_protocol="telepathy"), "default_protocol 'telepathy'"),
-        (lambda d: d.pop("modes"), "'modes'"),
+        (lambda d: d.pop("modes"), "'modes' is a required property"),
+        (
+            lambda d: d["dataset"]["versions"]["1.1.0"].update(sha256="x"),
+            r"dataset\.versions\.1\.1\.0\.sha256",
+        ),
+        (
+            lambda d: d["protocols"]["generate"].update(known_threshold=2),
+            r"protocols\.generate\.known_threshold",
+        ),
     ],
 )
 def test_broken_spec_is_a_one_line_error(tmp_path, change, message: str) -> None:
     data = _spec_data()
     change(data)
-    with pytest.raises(KnowgicError, match=message):
-        load_evaluation_spec(_write(tmp_path, data))
+    path = _write(tmp_path, data)
+    with pytest.raises(KnowgicError, match=message) as caught:
+        read_spec(path)
+    assert str(caught.value).startswith(f"{path}: ") and "\n" not in str(caught.value)
 
 
-def test_accepted_modes_and_metric_versions_are_the_specs(tmp_path, monkeypatch) -> None:
+def test_accepted_modes_and_metrics_are_the_specs(tmp_path, use_spec) -> None:
     data = _spec_data()
     data["modes"]["parallel"] = "not implemented"
     del data["metrics"]["generalization"]
-    path = _write(tmp_path, data)
-    monkeypatch.setattr("knowgic.scoring.spec.spec_dir", lambda: path.parent)
+    use_spec(_write(tmp_path, data))
     with pytest.raises(
         KnowgicError, match="unknown mode 'batched'; known: independent, sequential, parallel"
     ):
         check_request(EvaluationRequest(model="knowgic-tiny", editor="none", mode="batched"))
     with pytest.raises(KnowgicError, match="declares mode 'parallel', which this version"):
         check_request(EvaluationRequest(model="knowgic-tiny", editor="none", mode="parallel"))
-    with pytest.raises(KnowgicError, match="no version for the metric\\(s\\) generalization"):
+    with pytest.raises(KnowgicError, match="declares no metric generalization, which knowgic computes"):
         check_request(EvaluationRequest(model="knowgic-tiny", editor="none"))

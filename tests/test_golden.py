@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
+from knowgic.measure.compare import compare_results
 from knowgic.recompute import check_results, recompute_metrics
-from knowgic.uncertainty import compare_results
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 RUNS = ("ft-limit1", "none-limit5", "lora-seq-limit3", "ice", "memit", "rome")

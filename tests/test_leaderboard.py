@@ -262,7 +262,7 @@ def test_cli_refuses_a_missing_store(tmp_path, capsys) -> None:
 
 # -- the launched app ----------------------------------------------------------------------------------
 def test_the_ranking_is_one_models_runs_ranked_by_the_paired_comparison(served, board_store) -> None:
-    from knowgic.uncertainty import paired_resamples, ranks_by_significance
+    from knowgic.measure.compare import paired_resamples, ranks_by_significance
 
     _, client = served
     headers, rows, status = table(client)
@@ -411,7 +411,7 @@ def test_detail_of_a_reported_row_and_an_unknown_id(served) -> None:
 
 
 def test_compare_two_runs_of_one_model(served, board_store) -> None:
-    from knowgic.uncertainty import compare_results
+    from knowgic.measure.compare import compare_results
 
     _, client = served
     a, b = board_store.entries["none"], board_store.entries["rome"]

@@ -285,9 +285,9 @@ def test_one_model_default() -> None:
 
 
 def test_evaluate_explains_ifr_and_probe_its_restore(capsys: pytest.CaptureFixture[str]) -> None:
-    from knowgic.evaluation.spec import load_evaluation_spec
+    from knowgic.spec import benchmark_spec
 
-    ifr = load_evaluation_spec().metrics["ifr"]
+    ifr = benchmark_spec().metrics["ifr"]
     code, out, _ = run(capsys, "evaluate", "--editor", "none", "--limit", "1")
     assert code == 0
     legend = [line for line in out.splitlines() if line.startswith(f"{ifr.label} (lower is better) = ")]

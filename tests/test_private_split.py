@@ -26,8 +26,8 @@ from knowgic.dataset.validate import validate_folder
 from knowgic.editors.hparams import load_hparams
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
-from knowgic.evaluation.private import IFR_CHECK_RULE, ifr_check
 from knowgic.evaluation.results import load_results, validation_errors
+from knowgic.measure.compare import IFR_CHECK_RULE, ifr_check
 from knowgic.recompute import check_results
 from knowgic.records import Case
 

@@ -12,9 +12,9 @@ import pytest
 
 from knowgic.cli import main
 from knowgic.errors import KnowgicError
-from knowgic.evaluation.spec import load_evaluation_spec
+from knowgic.measure.compute import metric_entry_at
 from knowgic.recompute import check_results, recompute_metrics
-from knowgic.uncertainty import metric_entry_at
+from knowgic.spec import benchmark_spec
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_evaluate_writes_exactly_what_the_records_give_back(rome_run) -> None:
     assert {k: rome_run["counts"][k] for k in recomputed["counts"]} == recomputed["counts"]
     assert check_results(rome_run) == []
     # Every declared metric is there, in spec order.
-    assert list(recomputed["metrics"]) == list(load_evaluation_spec().metrics)
+    assert list(recomputed["metrics"]) == list(benchmark_spec().metrics)
 
 
 def test_every_changed_number_is_listed_once(rome_run) -> None:

@@ -14,16 +14,12 @@ from typing import Any
 import pytest
 
 from knowgic.cli import build_parser, main
-from knowgic.evaluation.sweep import HEADLINE_COLUMNS, LENGTH_COLUMNS, TIED_MARK, row_labels, summary_table
-from knowgic.uncertainty import (
-    BOOTSTRAP_METHODS,
-    DECLARED,
-    METHOD_BY_KIND,
-    METHODS,
-    compare_results,
-    format_value,
-    metric_entry_at,
-)
+from knowgic.evaluation.sweep import TIED_MARK, headline_columns, length_columns, row_labels, summary_table
+from knowgic.formatting import format_value
+from knowgic.intervals import BOOTSTRAP_METHODS, METHOD_BY_KIND, METHODS
+from knowgic.measure.compare import compare_results
+from knowgic.measure.compute import metric_entry_at
+from knowgic.spec import benchmark_spec
 
 
 def _run_main(argv: list[str]) -> int:
@@ -66,10 +62,10 @@ def test_each_value_has_its_interval_and_marks_follow_the_paired_comparison(runs
     rows = _rows(table)
     assert [r[0] for r in rows] == ["none", "ice", "rome"] * 2
     headline, lengths = rows[:3], rows[3:]
-    for column_index, column in enumerate(HEADLINE_COLUMNS, 1):
+    for column_index, column in enumerate(headline_columns(benchmark_spec()), 1):
         cells = [r[column_index] for r in headline]
         _check_column(documents, column, cells)
-    for column_index, column in enumerate(LENGTH_COLUMNS, 1):
+    for column_index, column in enumerate(length_columns(benchmark_spec()), 1):
         _check_column(documents, column, [r[column_index] for r in lengths])
     # ROME makes the 3 edits, the others do not: its Efficacy is the best, but 3 of 3 against 0 of 3 is
     # McNemar's p = 0.25, Holm-adjusted 0.5: three edits cannot tell the rows apart, so they are marked tied.
@@ -82,17 +78,17 @@ def test_each_value_has_its_interval_and_marks_follow_the_paired_comparison(runs
     for group in footnote.partition("(docs/metrics.md): ")[2].partition(". †")[0].split("; "):
         labels, _, method = group.partition(": ")
         named.update(dict.fromkeys(re.split(r", | and ", labels), method))
-    for column in (*HEADLINE_COLUMNS, *LENGTH_COLUMNS):
-        declared = DECLARED[column.metric]
+    for column in (*headline_columns(benchmark_spec()), *length_columns(benchmark_spec())):
+        declared = benchmark_spec().metric_paths()[column.metric]
         assert named[declared.label].startswith(METHODS[METHOD_BY_KIND[declared.kind]]), column.metric
 
 
 def test_columns_follow_the_metric_declarations() -> None:
     """The headline columns are the metrics the spec marks ``headline``, each with its declared arrow."""
-    headline = [name for name, m in DECLARED.items() if m.headline and "." not in name]
-    assert [c.metric for c in HEADLINE_COLUMNS] == headline
-    for column in (*HEADLINE_COLUMNS, *LENGTH_COLUMNS):
-        declared = DECLARED[column.metric]
+    headline = [name for name, m in benchmark_spec().metric_paths().items() if m.headline and "." not in name]
+    assert [c.metric for c in headline_columns(benchmark_spec())] == headline
+    for column in (*headline_columns(benchmark_spec()), *length_columns(benchmark_spec())):
+        declared = benchmark_spec().metric_paths()[column.metric]
         assert column.lower_is_better == declared.lower_is_better
         assert column.header.endswith(declared.arrow)
     # The methods whose captions give resamples and seed are methods the module declares.

@@ -1,4 +1,4 @@
-"""The cluster bootstrap of :mod:`knowgic.uncertainty`: on synthetic data against the textbook answers, and on
+"""The intervals of :mod:`knowgic.intervals` and the comparisons of :mod:`knowgic.measure.compare`: on synthetic data against the textbook answers, and on
 real ``knowgic evaluate`` runs against an independent recomputation from the records of ``results.json``."""
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ import pytest
 from scipy import stats
 
 from knowgic.cli import main
-from knowgic.uncertainty import (
+from knowgic.intervals import (
     BOUNDARY_METHOD,
     CONSTANT_METHOD,
-    INTERVAL_METRICS,
     METHODS,
     BootstrapSettings,
     Ratio,
-    compare_results,
-    metric_entry_at,
     ratio_interval,
 )
+from knowgic.measure.compare import compare_results
+from knowgic.measure.compute import metric_entry_at
+from knowgic.spec import benchmark_spec
 
 
 def _evaluate(out: Path, *args: str) -> dict[str, Any]:
@@ -154,7 +154,7 @@ def test_no_zero_width_interval_where_edits_are_at_a_bound(none_run) -> None:
 
 def test_comparing_a_run_with_itself_gives_zero_and_tells_nothing_apart(rome_run) -> None:
     differences = compare_results(rome_run, rome_run)
-    assert [d.metric for d in differences] == list(INTERVAL_METRICS)
+    assert [d.metric for d in differences] == list(benchmark_spec().metric_paths())
     for d in differences:
         if d.a is None:
             assert d.difference is None and d.reason
@@ -315,7 +315,7 @@ def test_recorded_intervals_are_recomputed_from_the_records(rome_run) -> None:
     low, high = rome_run["metrics"]["ifr"]["interval"]
     assert low < rome_run["metrics"]["ifr"]["value"] < high
     # Every metric entry says how its interval was made and on how many edits it rests.
-    for name in INTERVAL_METRICS:
+    for name in benchmark_spec().metric_paths():
         entry = metric_entry_at(rome_run["metrics"], name)
         assert {"edits", "effective_edits", "few_edits"} <= set(entry), name
         assert entry["interval"] is None or entry["interval_method"], name

@@ -13,15 +13,14 @@ are those of each config's data file in file order.
 from __future__ import annotations
 
 import re
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from knowgic.dataset.io import canonical_json, path_inside, read_json, read_rows, sha256_text
 from knowgic.dataset.schemas import CONFIG_SCHEMAS
 from knowgic.errors import KnowgicError
-from knowgic.paths import PACKAGE_DIR, spec_dir
-from knowgic.yamlfile import read_yaml
+from knowgic.paths import PACKAGE_DIR
+from knowgic.spec import benchmark_spec
 
 if TYPE_CHECKING:
     import datasets
@@ -42,19 +41,9 @@ def parse_semver(version: str) -> tuple[int, int, int]:
     return major, minor, patch
 
 
-@cache
-def _spec_versions() -> dict[str, dict[str, Any]]:
-    path = spec_dir() / "benchmark.yaml"
-    spec = read_yaml(path, "the benchmark spec")
-    versions = (spec or {}).get("dataset", {}).get("versions") or {}
-    if not isinstance(versions, dict):
-        raise KnowgicError(f"{path}: dataset.versions must be a mapping of version -> details")
-    return {str(k): dict(v or {}) for k, v in versions.items()}
-
-
 def available_versions() -> list[str]:
     """Every dataset version the benchmark spec declares, oldest first (semver order)."""
-    return sorted(_spec_versions(), key=parse_semver)
+    return sorted(benchmark_spec().versions, key=parse_semver)
 
 
 def latest_version() -> str:

@@ -17,7 +17,7 @@
   scorer's tokenization cache warm as in every post-edit call; ``scoring_vs_forward_ratio_cold`` includes
   tokenization. Best of ``repeats`` interleaved measurements, on the unedited model.
 - ``peak_rss_mb`` (the process's peak resident memory) against ``model_size_mb + 1024``.
-- ``bootstrap_seconds``: the intervals of every metric of the run (:func:`knowgic.uncertainty.metric_intervals`,
+- ``bootstrap_seconds``: the intervals of every metric of the run (:func:`knowgic.recompute.recompute_metrics`,
   ``bootstrap_resamples`` resamples of the edits, from the records of ``results.json``), best of ``repeats``.
 
 ``--limit N`` restricts everything to the first N distinct edits and their rows, for a quick run.
@@ -106,13 +106,14 @@ def peak_rss_mb() -> float:
 
 def bootstrap_time(document: dict[str, Any], repeats: int) -> float:
     """Seconds to compute every metric's interval of ``document`` (best of ``repeats``)."""
-    from knowgic.uncertainty import BootstrapSettings, metric_intervals
+    from knowgic.intervals import BootstrapSettings
+    from knowgic.recompute import recompute_metrics
 
     settings = BootstrapSettings(resamples=int(document["uncertainty"]["resamples"]))
     best = float("inf")
     for _ in range(repeats):
         start = time.perf_counter()
-        metric_intervals(document, settings)
+        recompute_metrics(document, settings)
         best = min(best, time.perf_counter() - start)
     return best
 

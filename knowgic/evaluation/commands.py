@@ -13,19 +13,19 @@ import yaml
 from knowgic.argtypes import add_model_argument, open_unit_fraction, positive_int
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
-from knowgic.uncertainty import DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED
+from knowgic.intervals import DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED
 
 if TYPE_CHECKING:
-    from knowgic.evaluation.spec import EvaluationSpec, MetricSpec
-    from knowgic.uncertainty import MetricDifference
+    from knowgic.paired import MetricDifference
+    from knowgic.spec import BenchmarkSpec, MetricSpec
 
 
 def _spec_default(attribute: str) -> str:
     """A default from the benchmark spec for help texts; a broken spec is reported when a command runs."""
-    from knowgic.evaluation.spec import load_evaluation_spec
+    from knowgic.spec import benchmark_spec
 
     try:
-        return str(getattr(load_evaluation_spec(), attribute))
+        return str(getattr(benchmark_spec(), attribute))
     except KnowgicError:
         return "from spec/benchmark.yaml"
 
@@ -329,7 +329,8 @@ def _value_cells(entry: Mapping[str, Any]) -> tuple[str, str]:
 def _note(entry: Mapping[str, Any]) -> str:
     """Why the value is null, else why its interval is, or what to know about it (few edits, every edit
     the same value); documents of schema 1.0 have none of these."""
-    from knowgic.uncertainty import FEW_EDITS, FEW_EDITS_MARK
+    from knowgic.formatting import FEW_EDITS_MARK
+    from knowgic.intervals import FEW_EDITS
 
     if entry.get("reason"):
         return str(entry["reason"])
@@ -356,15 +357,15 @@ def print_results(
     document: Mapping[str, Any],
     results_path: Path | None = None,
     plots: list[Path] | None = None,
-    spec: EvaluationSpec | None = None,
+    spec: BenchmarkSpec | None = None,
 ) -> None:
     """Print the results table; labels and directions come from ``spec`` (default: the benchmark spec)."""
     from rich.console import Console
     from rich.table import Table
 
-    from knowgic.evaluation.spec import load_evaluation_spec
+    from knowgic.spec import benchmark_spec
 
-    metrics_spec = (spec or load_evaluation_spec()).metrics
+    metrics_spec = (spec or benchmark_spec()).metrics
     # Piped or logged output gets whole lines rather than a table folded to 80 columns.
     console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
     c, d, m, n = document["config"], document["dataset"], document["metrics"], document["counts"]
@@ -534,16 +535,11 @@ def run_compare(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from knowgic.evaluation.spec import load_evaluation_spec
-    from knowgic.uncertainty import (
-        FEW_EDITS,
-        FEW_EDITS_MARK,
-        INTERVAL_METRICS,
-        PAIRED_TEST_BY_KIND,
-        compare_results,
-        listing,
-        methods_for,
-    )
+    from knowgic.formatting import FEW_EDITS_MARK
+    from knowgic.intervals import FEW_EDITS, listing, methods_for
+    from knowgic.measure.compare import compare_results
+    from knowgic.paired import PAIRED_TEST_BY_KIND
+    from knowgic.spec import benchmark_spec
 
     a, b = _run_document(args.run_a), _run_document(args.run_b)
     differences = compare_results(a, b, resamples=args.resamples, seed=args.seed, level=args.level)
@@ -564,7 +560,7 @@ def run_compare(args: argparse.Namespace) -> int:
         }
         print(json.dumps(report, indent=2, ensure_ascii=False))
         return 0
-    spec = load_evaluation_spec()
+    spec = benchmark_spec()
     c = a["config"]
     table = Table(
         title=f"B - A | {c['model']} | KnowGIC {a['dataset']['version']} | {c['protocol']} | {c['mode']}",
@@ -593,7 +589,8 @@ def run_compare(args: argparse.Namespace) -> int:
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(table)
     tests = "; ".join(
-        f"{test} for {listing(labels)}" for test, labels in methods_for(INTERVAL_METRICS, PAIRED_TEST_BY_KIND)
+        f"{test} for {listing(labels)}"
+        for test, labels in methods_for(spec.metric_paths(), PAIRED_TEST_BY_KIND)
     )
     console.print(
         f"Paired over the {len(a['per_edit'])} edits: {tests}; bootstrap intervals: {args.resamples} "
@@ -606,7 +603,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def _verdict(difference: MetricDifference, declared: MetricSpec | None) -> str:
     """In words: which run the paired test finds better, or that these edits cannot tell them apart."""
-    from knowgic.uncertainty import FEW_EDITS_MARK
+    from knowgic.formatting import FEW_EDITS_MARK
 
     few = f" {FEW_EDITS_MARK} few edits" if difference.few_edits else ""
     if difference.excludes_zero is None:

@@ -24,15 +24,8 @@ from knowgic.editors.layer_stats import stats_overrides
 from knowgic.editors.registry import BUILTIN_EDITORS, resolve_editor
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.harness import MODES, RunScores, run_edits
-from knowgic.evaluation.outcomes import (
-    Outcomes,
-    collect_outcomes,
-    compute_counts,
-    compute_metrics,
-    metric_declaration_problem,
-    per_edit_records,
-)
 from knowgic.evaluation.plan import EvalPlan, build_plan
+from knowgic.evaluation.private import private_document, private_plan
 from knowgic.evaluation.reproducibility import reproducibility
 from knowgic.evaluation.results import (
     RESULTS_SCHEMA_VERSION,
@@ -43,12 +36,12 @@ from knowgic.evaluation.results import (
     finalize,
     write_run_outputs,
 )
-from knowgic.evaluation.spec import EvaluationSpec, load_evaluation_spec
+from knowgic.evaluation.scored import scored_block
+from knowgic.measure.definitions import METRICS
 from knowgic.models.base import LoadedModel
 from knowgic.models.threads import cpu_threads
-from knowgic.recompute import recompute_metrics
 from knowgic.scoring.base import Scorer, Scores
-from knowgic.uncertainty import BootstrapSettings, metric_entry_at
+from knowgic.spec import benchmark_spec
 
 DTYPES = ("float32", "bfloat16", "float16")
 # Editors that need no hparams file (their defaults are complete).
@@ -60,9 +53,9 @@ class EvaluationRequest:
     model: str
     editor: str
     hparams_path: str | None = None
-    protocol: str = field(default_factory=lambda: load_evaluation_spec().default_protocol)
+    protocol: str = field(default_factory=lambda: benchmark_spec().default_protocol)
     protocol_overrides: dict[str, Any] = field(default_factory=dict)
-    mode: str = field(default_factory=lambda: load_evaluation_spec().default_mode)
+    mode: str = field(default_factory=lambda: benchmark_spec().default_mode)
     # A version name shipped with the package (None: the latest) or a dataset folder's path.
     dataset_version: str | None = None
     limit: int | None = None
@@ -77,6 +70,20 @@ class EvaluationRequest:
     # hparams' mom2_dataset and mom2_n_samples; None keeps the hparams' values.
     stats_corpus: str | None = None
     stats_samples: int | None = None
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What a run's document records of the runner that made it: the submitted editor (name, class, hparams)
+    in place of the replaying one, whether the per-edit seconds were observed by trusted code, and the
+    document's ``submission`` and ``runner`` objects (``spec/schemas/results.schema.json``)."""
+
+    editor: str
+    editor_class: str
+    hparams: dict[str, Any]
+    submission: dict[str, Any]
+    runner: dict[str, Any]
+    edit_seconds_observed: bool = False
 
 
 @dataclass
@@ -96,7 +103,7 @@ def check_request(request: EvaluationRequest) -> type[Editor]:
     from knowgic.models.loading import resolve_source
     from knowgic.scoring import make_scorer
 
-    spec = load_evaluation_spec()
+    spec = benchmark_spec()
     if request.mode not in spec.modes:
         raise KnowgicError(f"unknown mode {request.mode!r}; known: {', '.join(spec.modes)}")
     if request.mode not in MODES:
@@ -104,7 +111,7 @@ def check_request(request: EvaluationRequest) -> type[Editor]:
             f"spec/benchmark.yaml declares mode {request.mode!r}, which this version of knowgic does not "
             f"implement (it implements {', '.join(MODES)})"
         )
-    problem = metric_declaration_problem(spec)
+    problem = METRICS.problem(spec)
     if problem is not None:
         raise KnowgicError(problem)
     if request.dtype not in DTYPES:
@@ -229,6 +236,8 @@ def evaluate(
     log: Callable[[str], None] | None = None,
     editor: Editor | None = None,
     private: PrivateSplit | None = None,
+    provenance: Callable[[], Provenance] | None = None,
+    plots: bool = True,
 ) -> EvaluationRun:
     """Run one evaluation and (when ``request.out_dir`` is set) write ``results.json`` and plots there.
 
@@ -237,6 +246,9 @@ def evaluate(
     constructing ``request.editor`` (its ``hparams`` are recorded, with no source file); the runner's
     score stage passes the editor that replays recorded deltas. ``private``: a private split whose chains
     of the run's edits are scored too (:mod:`knowgic.evaluation.private`), into ``document["private"]``.
+    ``provenance``: called once the edits are done, before the document is built, by the runner's score
+    stage (:class:`Provenance`); the document is built once with its fields and hashed, never patched.
+    ``plots``: write the plots beside ``results.json``.
     """
     from knowgic.dataset.folder import open_dataset
     from knowgic.models.loading import load_model
@@ -250,8 +262,6 @@ def evaluate(
     plan = build_plan(cases, dataset.clean_aliases(), limit=request.limit)
     second = None
     if private is not None:
-        from knowgic.evaluation.private import private_plan
-
         second = private_plan(private, cases, ref.version, plan)
 
     load_start = time.perf_counter()
@@ -293,8 +303,20 @@ def evaluate(
         )
     run.pre_from_cache, run.pre_scoring_seconds = pre_cached, pre_seconds
 
-    outcomes = collect_outcomes(plan, run)
-    spec = load_evaluation_spec()
+    if provenance is not None:
+        fields = provenance()
+        editor_name, editor_class = fields.editor, fields.editor_class
+        hparams, hparams_source = fields.hparams, None
+    else:
+        fields = None
+        editor_name, editor_class = request.editor, f"{editor_cls.__module__}:{editor_cls.__qualname__}"
+    spec = benchmark_spec()
+    scored = scored_block(plan, run, spec)
+    if fields is not None and not fields.edit_seconds_observed:
+        # A replayed edit's seconds would be the copy of its tensors, not the editor's work, which no
+        # trusted code observes per edit: left unknown rather than reported as something else.
+        for record in scored["per_edit"]:
+            record["seconds"] = None
     document: dict[str, Any] = {
         "schema_version": RESULTS_SCHEMA_VERSION,
         "knowgic_version": knowgic.__version__,
@@ -304,8 +326,8 @@ def evaluate(
             "model": loaded.model_id,
             "model_revision": loaded.revision,
             "model_family": loaded.family,
-            "editor": request.editor,
-            "editor_class": f"{editor_cls.__module__}:{editor_cls.__qualname__}",
+            "editor": editor_name,
+            "editor_class": editor_class,
             "hparams": hparams,
             "hparams_source": _display_path(hparams_source),
             "hparams_sha256": hparams_sha256(hparams),
@@ -318,11 +340,12 @@ def evaluate(
             "limit": request.limit,
         },
         "environment": {**environment(), "torch_threads": threads, **reproducibility(loaded.device)},
-        "metrics": {},  # recomputed from the records below
+        "metrics": scored["metrics"],
         "metric_versions": spec.metric_versions(),
-        "counts": compute_counts(plan, outcomes),
-        "per_edit": per_edit_records(plan, outcomes, run),
-        "chains": [asdict(c) for c in outcomes.chains],
+        "counts": scored["counts"],
+        "per_edit": scored["per_edit"],
+        "chains": scored["chains"],
+        "uncertainty": scored["uncertainty"],
         "timing": {
             "total_seconds": time.perf_counter() - started,
             "load_seconds": load_seconds,
@@ -332,48 +355,28 @@ def evaluate(
             "scoring_seconds": run.scoring_seconds,
         },
     }
-    fill_metrics(document, outcomes, spec)
     if private is not None and second is not None and run.private is not None:
-        from knowgic.evaluation.private import private_document
-
         document["private"] = private_document(
             second[0], run.private, private, second[1], document["metrics"], spec
         )
+        if fields is not None and not fields.edit_seconds_observed:
+            for record in document["private"]["per_edit"]:
+                record["seconds"] = None
+    if fields is not None:
+        document["submission"] = fields.submission
+        document["runner"] = fields.runner
     finalize(document)
     result = EvaluationRun(document=document, plan=plan, scores=run)
     if request.out_dir is not None:
         from knowgic.evaluation.plots import write_plots
 
         result.results_path, result.plot_paths = write_run_outputs(
-            document, request.out_dir, lambda folder: write_plots(document, folder), request.overwrite
+            document,
+            request.out_dir,
+            (lambda folder: write_plots(document, folder)) if plots else None,
+            request.overwrite,
         )
     return result
-
-
-def fill_metrics(document: dict[str, Any], outcomes: Outcomes, spec: EvaluationSpec) -> None:
-    """Write the document's ``metrics`` and ``uncertainty`` from its own records (:func:`recompute_metrics`,
-    the computation anyone can repeat on the published file), after checking that the records give back
-    what :mod:`knowgic.metrics` computes from the raw outcomes, so that the records miss nothing."""
-    recomputed = recompute_metrics(document, BootstrapSettings(), spec)
-    direct = compute_metrics(outcomes, spec)
-    for path in spec.metric_paths():
-        fresh, raw = metric_entry_at(recomputed["metrics"], path), metric_entry_at(direct, path)
-        same = (fresh["value"] is None) == (raw["value"] is None) and (
-            fresh["value"] is None or abs(fresh["value"] - raw["value"]) <= 1e-9
-        )
-        if not same or fresh["n"] != raw["n"] or fresh.get("reason") != raw.get("reason"):
-            raise KnowgicError(
-                f"internal error: {path} recomputed from the results records is {fresh}, but computed "
-                f"from the outcomes it is {raw}"
-            )
-    for key, count in recomputed["counts"].items():
-        if document["counts"].get(key) != count:
-            raise KnowgicError(
-                f"internal error: counts.{key} recomputed from the results records is {count}, but "
-                f"counted from the outcomes it is {document['counts'].get(key)}"
-            )
-    document["metrics"] = recomputed["metrics"]
-    document["uncertainty"] = recomputed["uncertainty"]
 
 
 def _display_path(path: str | None) -> str | None:

@@ -1,16 +1,14 @@
-"""From raw pre/post scores to the metric records of :mod:`knowgic.metrics`, and the metrics themselves."""
+"""From raw pre/post scores to a run's records: one per chain and one per edit (what every metric is
+computed from, :mod:`knowgic.measure`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from knowgic import metrics as M
-from knowgic.errors import KnowgicError
 from knowgic.evaluation.harness import RunScores
 from knowgic.evaluation.plan import EditPlan, EvalPlan
-from knowgic.evaluation.spec import EvaluationSpec, load_evaluation_spec
 
 
 @dataclass
@@ -77,92 +75,6 @@ def collect_outcomes(plan: EvalPlan, run: RunScores) -> Outcomes:
     return out
 
 
-def metric_entry(value: M.MetricValue) -> dict[str, Any]:
-    entry: dict[str, Any] = {"value": value.value, "n": value.n}
-    if value.value is None:
-        entry["reason"] = value.reason
-    return entry
-
-
-def _specificity_of(out: Outcomes, kind: str) -> M.MetricValue:
-    return M.specificity([n for n, k in zip(out.neighbours, out.neighbour_kinds, strict=True) if k == kind])
-
-
-def _deep_editing_score(out: Outcomes) -> M.MetricValue:
-    return M.deep_editing_score(
-        M.indirect_fact_recovery(out.chains).value,
-        M.preservation(out.preservation).value,
-        M.efficacy(out.rewrite).value,
-        M.specificity(out.neighbours).value,
-    )
-
-
-_COMPUTE: dict[str, Callable[[Outcomes], Any]] = {
-    "ifr": lambda out: M.indirect_fact_recovery(out.chains),
-    "ifr_uncapped": lambda out: M.indirect_fact_recovery(out.chains, capped=False),
-    "ifr_by_length": lambda out: M.ifr_by_length(out.chains),
-    "preservation": lambda out: M.preservation(out.preservation),
-    "preservation_macro": lambda out: M.preservation_macro(out.preservation),
-    "efficacy": lambda out: M.efficacy(out.rewrite),
-    "efficacy_magnitude": lambda out: M.efficacy_magnitude(out.rewrite),
-    "generalization": lambda out: M.generalization(out.question),
-    "specificity": lambda out: M.specificity(out.neighbours),
-    # Same-relation neighbours are where a method that rewrites the relation wholesale shows; the
-    # fallback neighbours from other graphs are a weaker test, so both parts are reported too.
-    "specificity_same_relation": lambda out: _specificity_of(out, "same-relation"),
-    "specificity_other_graphs": lambda out: _specificity_of(out, "other-graphs"),
-    "deep_editing_score": _deep_editing_score,
-}
-"""How each metric is computed from the outcomes; which metrics a run reports, their order and their
-declarations come from ``spec/benchmark.yaml`` (:func:`metric_declaration_problem` checks they agree)."""
-
-
-def metric_declaration_problem(spec: EvaluationSpec) -> str | None:
-    """Why the spec's metrics and the ones this package computes disagree, or ``None`` when they agree."""
-    undeclared = [name for name in _COMPUTE if name not in spec.metrics]
-    if undeclared:
-        return f"spec/benchmark.yaml declares no version for the metric(s) {', '.join(undeclared)}"
-    unknown = [name for name in spec.metrics if name not in _COMPUTE]
-    if unknown:
-        return (
-            f"spec/benchmark.yaml declares the metric(s) {', '.join(unknown)}, which this version of "
-            "knowgic does not compute"
-        )
-    return None
-
-
-def compute_metrics(out: Outcomes, spec: EvaluationSpec | None = None) -> dict[str, Any]:
-    """Every declared metric as a ``{"value", "n", "reason"?}`` entry, in spec order (a metric with
-    ``parts``, ``ifr_by_length``, maps each part "1".."5" to such an entry)."""
-    spec = spec or load_evaluation_spec()
-    problem = metric_declaration_problem(spec)
-    if problem is not None:
-        raise KnowgicError(problem)
-    metrics: dict[str, Any] = {}
-    for name in spec.metrics:
-        value = _COMPUTE[name](out)
-        metrics[name] = (
-            {k: metric_entry(v) for k, v in value.items()} if isinstance(value, dict) else metric_entry(value)
-        )
-    return metrics
-
-
-def compute_counts(plan: EvalPlan, out: Outcomes) -> dict[str, int]:
-    return {
-        "rows": sum(len(e.chains) for e in plan.edits),
-        "chains": len(out.chains),
-        "active_chains": sum(c.active for c in out.chains),
-        "recoverable_chains": M.recoverable_chains(out.chains),
-        "edits": len(plan.edits),
-        "preservation_facts": len(out.preservation),
-        "preservation_facts_known": sum(p.known_pre for p in out.preservation),
-        "specificity_facts": len(out.neighbours),
-        "specificity_facts_known": sum(n.known_pre for n in out.neighbours),
-        "generalization_edits": len(out.question),
-        "distinct_queries": len(plan.queries),
-    }
-
-
 def per_edit_records(plan: EvalPlan, out: Outcomes, run: RunScores) -> list[dict[str, Any]]:
     """One record per edit with its own metrics, for the per-edit table and plots."""
     records = []
@@ -194,7 +106,7 @@ def _edit_record(
     ifr = M.indirect_fact_recovery(chains)
     preservation = M.preservation(pairs)
     specificity = M.specificity(neighbours)
-    # Sufficient statistics of the per-edit sums the bootstrap resamples (knowgic.uncertainty), recorded
+    # Sufficient statistics of the per-edit sums the bootstrap resamples (knowgic.intervals), recorded
     # exactly so that an interval can be recomputed from results.json alone.
     pres_counted = [p for p in pairs if p.known_pre and p.p_pre > 0.0]
     pres_sum = float(sum(min(1.0, p.p_post / p.p_pre) for p in pres_counted))

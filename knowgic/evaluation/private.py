@@ -7,7 +7,7 @@
                                uncertainty, ifr_check}
 
 ``ifr_check`` flags a run whose public and private IFR differ beyond their intervals, that is, whose two
-intervals (each the cluster bootstrap over edits of :mod:`knowgic.uncertainty`, on its own chains) do not
+intervals (each the cluster bootstrap over edits of :mod:`knowgic.intervals`, on its own chains) do not
 overlap. A method that memorised the published chains recovers fewer of them after its edits (a low public
 IFR) than of chains it never saw; an honest method's two figures estimate the same quantity.
 """
@@ -18,14 +18,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the leaderboard reads ifr_check from here, without torch
+from knowgic.evaluation.plan import EvalPlan, build_plan
+from knowgic.evaluation.scored import scored_block
+from knowgic.measure.compare import ifr_check
+
+if TYPE_CHECKING:
     from knowgic.dataset.private import PrivateSplit
     from knowgic.evaluation.harness import RunScores
-    from knowgic.evaluation.plan import EvalPlan
-    from knowgic.evaluation.spec import EvaluationSpec
     from knowgic.records import Case
-
-IFR_CHECK_RULE = "flagged when the public and the private IFR intervals do not overlap"
+    from knowgic.spec import BenchmarkSpec
 
 
 def private_plan(
@@ -33,8 +34,6 @@ def private_plan(
 ) -> tuple[EvalPlan, int]:
     """The split's plan over the run's edits (in the run's order), and how many of the split's edits the run leaves out
     (``--limit``). Refuses a split with an edit the public version does not request."""
-    from knowgic.evaluation.plan import build_plan
-
     split.check_edits(public_cases, public_version)
     run_edits = {edit.edit_id for edit in plan.edits}
     private = build_plan(split.cases, split.aliases, edit_ids=run_edits)
@@ -44,57 +43,21 @@ def private_plan(
     return private, len(split_edits - run_edits)
 
 
-def ifr_check(public: Mapping[str, Any], private: Mapping[str, Any]) -> dict[str, Any]:
-    """Public against private IFR (metric entries with intervals): the difference and the flag."""
-    pub, pri = public["ifr"], private["ifr"]
-    record: dict[str, Any] = {
-        "public": pub["value"],
-        "private": pri["value"],
-        "difference": None,
-        "public_interval": pub.get("interval"),
-        "private_interval": pri.get("interval"),
-        "flagged": False,
-        "rule": IFR_CHECK_RULE,
-    }
-    if pub["value"] is None or pri["value"] is None:
-        record["reason"] = (
-            "IFR is undefined on the " + ("public" if pub["value"] is None else "private") + " chains"
-        )
-        return record
-    record["difference"] = pri["value"] - pub["value"]
-    if not pub.get("interval") or not pri.get("interval"):
-        which = "public" if not pub.get("interval") else "private"
-        why = (pub if which == "public" else pri).get("interval_reason") or "no interval"
-        record["reason"] = f"the {which} IFR has no interval ({why})"
-        return record
-    (pub_low, pub_high), (pri_low, pri_high) = pub["interval"], pri["interval"]
-    record["flagged"] = pub_high < pri_low or pri_high < pub_low
-    return record
-
-
 def private_document(
     plan: EvalPlan,
     run: RunScores,
     split: PrivateSplit,
     edits_outside_run: int,
     public_metrics: Mapping[str, Any],
-    spec: EvaluationSpec,
+    spec: BenchmarkSpec,
 ) -> dict[str, Any]:
-    """The ``private`` object of a results document (``public_metrics`` with their intervals). Its metrics
-    are recomputed from its own records as the top level's are, so :func:`knowgic.recompute.check_results`
-    applies to it unchanged."""
-    from knowgic.evaluation.evaluate import fill_metrics
-    from knowgic.evaluation.outcomes import collect_outcomes, compute_counts, per_edit_records
-
-    outcomes = collect_outcomes(plan, run)
-    block: dict[str, Any] = {
+    """The ``private`` object of a results document (``public_metrics`` with their intervals): the same
+    scored block as the top level's (:func:`knowgic.evaluation.scored.scored_block`), so
+    :func:`knowgic.recompute.check_results` applies to it unchanged."""
+    block = scored_block(plan, run, spec)
+    return {
         "dataset": asdict(split.ref),
         "edits_outside_run": edits_outside_run,
-        "metrics": {},
-        "counts": compute_counts(plan, outcomes),
-        "per_edit": per_edit_records(plan, outcomes, run),
-        "chains": [asdict(c) for c in outcomes.chains],
+        **block,
+        "ifr_check": ifr_check(public_metrics, block["metrics"]),
     }
-    fill_metrics(block, outcomes, spec)
-    block["ifr_check"] = ifr_check(public_metrics, block["metrics"])
-    return block

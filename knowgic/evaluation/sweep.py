@@ -12,26 +12,23 @@ from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
 from knowgic.evaluation.evaluate import EvaluationRequest, check_request, evaluate
 from knowgic.evaluation.results import check_writable, describe_run, load_results, write_atomic
-from knowgic.uncertainty import (
+from knowgic.formatting import FEW_EDITS_MARK, format_value
+from knowgic.intervals import (
     BOOTSTRAP_METHODS,
-    DECLARED,
     DEFAULT_LEVEL,
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
     FEW_EDITS,
-    FEW_EDITS_MARK,
     METHOD_BY_KIND,
     METHODS,
-    PAIRED_TEST_BY_KIND,
-    BestComparison,
     BootstrapSettings,
-    compare_with_best,
-    format_value,
     listing,
     methods_for,
-    metric_entry_at,
-    paired_resamples,
 )
+from knowgic.measure.compare import BestComparison, compare_with_best, paired_resamples
+from knowgic.measure.compute import metric_entry_at
+from knowgic.paired import PAIRED_TEST_BY_KIND
+from knowgic.spec import BenchmarkSpec, benchmark_spec
 
 
 @dataclass(frozen=True)
@@ -43,18 +40,24 @@ class Column:
     lower_is_better: bool
 
 
-HEADLINE_COLUMNS = tuple(
-    Column(path, f"{m.short or m.label} {m.arrow}", m.lower_is_better)
-    for path, m in DECLARED.items()
-    if m.headline and not m.parts
-)
-"""The summary's headline columns: the metrics ``spec/benchmark.yaml`` marks ``headline``, in its order."""
-LENGTH_COLUMNS = tuple(
-    Column(path, f"n={path.partition('.')[2]} {m.arrow}", m.lower_is_better)
-    for path, m in DECLARED.items()
-    if m.name == "ifr_by_length"
-)
-"""IFR by chain length, one column per declared length."""
+def headline_columns(spec: BenchmarkSpec) -> tuple[Column, ...]:
+    """The summary's headline columns: the metrics ``spec`` marks ``headline``, in its order."""
+    return tuple(
+        Column(path, f"{m.short or m.label} {m.arrow}", m.lower_is_better)
+        for path, m in spec.metric_paths().items()
+        if m.headline and not m.parts
+    )
+
+
+def length_columns(spec: BenchmarkSpec) -> tuple[Column, ...]:
+    """IFR by chain length, one column per declared length."""
+    return tuple(
+        Column(path, f"n={path.partition('.')[2]} {m.arrow}", m.lower_is_better)
+        for path, m in spec.metric_paths().items()
+        if m.name == "ifr_by_length"
+    )
+
+
 TIED_MARK = "≈"
 
 
@@ -125,7 +128,11 @@ def _table(
     return lines
 
 
-def summary_table(documents: Sequence[Mapping[str, Any]], sources: Sequence[Path] | None = None) -> str:
+def summary_table(
+    documents: Sequence[Mapping[str, Any]],
+    sources: Sequence[Path] | None = None,
+    spec: BenchmarkSpec | None = None,
+) -> str:
     """Two Markdown tables, one row per run: the headline metrics (with active chains and seconds per edit),
     then IFR by chain length; every value with its interval, the best of each column in bold and the rows
     that a paired bootstrap cannot tell from the best marked :data:`TIED_MARK`; a footnote says how.
@@ -134,9 +141,11 @@ def summary_table(documents: Sequence[Mapping[str, Any]], sources: Sequence[Path
     """
     if not documents:
         return "No runs.\n"
+    spec = spec or benchmark_spec()
+    headline, lengths = headline_columns(spec), length_columns(spec)
     labels = row_labels(documents, sources)
     settings = _bootstrap_settings(documents[0])
-    marks, not_compared = _best_marks(documents, (*HEADLINE_COLUMNS, *LENGTH_COLUMNS), settings)
+    marks, not_compared = _best_marks(documents, (*headline, *lengths), settings)
     extra = []
     for doc in documents:
         c = doc["counts"]
@@ -146,15 +155,16 @@ def summary_table(documents: Sequence[Mapping[str, Any]], sources: Sequence[Path
                 f"{doc['timing']['edit_seconds'] / max(1, c['edits']):.2f}",
             ]
         )
-    lines = _table(documents, labels, HEADLINE_COLUMNS, marks, ("active chains", "s/edit"), extra)
+    lines = _table(documents, labels, headline, marks, ("active chains", "s/edit"), extra)
     lines += ["", "IFR by chain length (chains of n steps):", ""]
-    lines += _table(documents, labels, LENGTH_COLUMNS, marks)
+    lines += _table(documents, labels, lengths, marks)
 
     first = documents[0]
     cfg = first["config"]
     edits = first["counts"]["edits"]
     level = round(100 * settings.level)
-    paths = [c.metric for c in (*HEADLINE_COLUMNS, *LENGTH_COLUMNS)]
+    declared = spec.metric_paths()
+    paths = {c.metric: declared[c.metric] for c in (*headline, *lengths)}
     intervals = "; ".join(
         f"{listing(labels)}: {METHODS[method]}"
         + (f", {settings.resamples} resamples, seed {settings.seed}" if method in BOOTSTRAP_METHODS else "")

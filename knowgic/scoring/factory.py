@@ -9,7 +9,7 @@ from knowgic.errors import KnowgicError
 from knowgic.scoring.base import Scorer
 from knowgic.scoring.generate import GenerateScorer, GreedyScorer
 from knowgic.scoring.logprob import LogprobScorer
-from knowgic.scoring.spec import load_protocols
+from knowgic.spec import benchmark_spec
 
 SCORERS: dict[str, type] = {"logprob": LogprobScorer, "generate": GenerateScorer, "greedy": GreedyScorer}
 
@@ -20,7 +20,7 @@ def make_scorer(protocol: str, **overrides: Any) -> Scorer:
     Accepted overrides are the protocol's constructor arguments (its spec ``params`` plus options such as
     ``chat`` or ``progress``). An unknown protocol or parameter raises :class:`KnowgicError` naming it.
     """
-    protocols = load_protocols()
+    protocols = benchmark_spec().protocols
     if protocol not in SCORERS or protocol not in protocols:
         known = sorted(set(SCORERS) & set(protocols))
         raise KnowgicError(f"unknown scoring protocol {protocol!r}; known: {', '.join(known)}")

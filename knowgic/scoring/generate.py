@@ -40,7 +40,7 @@ from knowgic.scoring.batching import (
 from knowgic.scoring.logprob import check_prefix_fits, max_positions, non_finite_logits, query_text
 from knowgic.scoring.matching import contains_answer
 from knowgic.scoring.sampling import inverse_cdf_sample, sample_seed, step_uniforms
-from knowgic.scoring.spec import protocol_spec
+from knowgic.spec import benchmark_spec
 
 DEFAULT_BASE_TEMPLATE = "Q: {question}\nA:"
 
@@ -117,7 +117,7 @@ class _DecodingScorer:
             raise KnowgicError(f"{name}: chat must be true, false or null, got {chat!r}")
         self.chat = chat
         if known_threshold is None:
-            known_threshold = protocol_spec(name).known_threshold
+            known_threshold = benchmark_spec().protocol(name).known_threshold
             if known_threshold is None:
                 raise KnowgicError(f"spec/benchmark.yaml: protocols.{name} has no known_threshold")
         if not isinstance(known_threshold, int | float) or not 0 <= known_threshold <= 1:

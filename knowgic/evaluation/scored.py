@@ -1,0 +1,44 @@
+"""One scored block: a plan's records and every metric computed from them, for the public and the private
+chains alike.
+
+::
+
+    plan + RunScores ──collect_outcomes──> Outcomes ──per_edit_records, chains──> records (per_edit, chains)
+                     ──knowgic.measure.compute(Records.from_document(records), spec)──> metrics, counts
+    scored_block(...) = {"metrics", "counts", "per_edit", "chains", "uncertainty"}
+
+``knowgic evaluate`` puts the public block at the top of a results document and, with a private split, the
+private block under ``private`` (:mod:`knowgic.evaluation.private`). Both are the same computation anyone
+repeats on the published file (:mod:`knowgic.recompute`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from knowgic.evaluation.harness import RunScores
+from knowgic.evaluation.outcomes import collect_outcomes, per_edit_records
+from knowgic.evaluation.plan import EvalPlan
+from knowgic.intervals import BootstrapSettings
+from knowgic.measure.compute import compute
+from knowgic.measure.records import Records
+from knowgic.spec import BenchmarkSpec
+
+
+def scored_block(
+    plan: EvalPlan, run: RunScores, spec: BenchmarkSpec, settings: BootstrapSettings | None = None
+) -> dict[str, Any]:
+    """The records of ``plan`` scored by ``run``, and every declared metric, interval and count of them."""
+    outcomes = collect_outcomes(plan, run)
+    records: dict[str, Any] = {
+        "per_edit": per_edit_records(plan, outcomes, run),
+        "chains": [asdict(c) for c in outcomes.chains],
+    }
+    computed = compute(Records.from_document(records), spec, settings)
+    return {
+        "metrics": computed["metrics"],
+        "counts": {**computed["counts"], "distinct_queries": len(plan.queries)},
+        **records,
+        "uncertainty": computed["uncertainty"],
+    }

@@ -1,0 +1,11 @@
+"""Measuring a run: its typed records, one registered function per metric, and the one computation.
+
+::
+
+    records.py      Records.from_document: the chains and per-edit records a results document carries
+    registry.py     MetricRegistry, EditSums: a metric is a declaration in spec/benchmark.yaml plus one
+                    function from Records to per-edit sums a_e, b_e
+    definitions.py  every built-in metric's function (METRICS, the default registry)
+    compute.py      compute(records, spec): values, n, reasons, intervals and counts, in document shape
+    compare.py      paired comparisons of runs: compare_results, compare_with_best, ranks_by_significance
+"""

@@ -1,0 +1,296 @@
+"""Paired comparisons of whole runs: align comparable runs edit by edit, then test each metric.
+
+::
+
+    results documents ──comparability_problem──> same model, revision, dataset version and hash,
+                                                  protocol and parameters, mode, and edits
+                      ──Records, reordered to run 1's edits──> metric_sums per run (knowgic.measure)
+                      ──knowgic.paired.batch_differences──> MetricDifference per metric and pair
+        compare_results(a, b)            every metric, B minus A (``knowgic compare``)
+        compare_with_best(paired, ...)   each run against the best, Holm-adjusted (the summary's marks)
+        ranks_by_significance(paired, m) 1 + the runs significantly better (the leaderboard's rank)
+        ifr_check(public, private)       a run's public against its private-split IFR
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from knowgic.errors import KnowgicError
+from knowgic.intervals import (
+    DEFAULT_LEVEL,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    FEW_EDITS,
+    OK,
+    BootstrapSettings,
+)
+from knowgic.measure.compute import metric_entry_at, metric_sums
+from knowgic.measure.records import Records
+from knowgic.measure.registry import EditSums
+from knowgic.paired import PAIRED_TEST_BY_KIND, MetricDifference, batch_differences, holm, sign_flips
+from knowgic.spec import BenchmarkSpec, MetricSpec, benchmark_spec
+
+# What must agree for a paired comparison: the same edits, scored the same way on the same model.
+COMPARABLE_SETTINGS: tuple[tuple[str, Callable[[Mapping[str, Any]], Any]], ...] = (
+    ("model", lambda d: d["config"]["model"]),
+    ("model revision", lambda d: d["config"]["model_revision"]),
+    ("dataset version", lambda d: d["dataset"]["version"]),
+    ("dataset hash", lambda d: d["dataset"]["sha256"]),
+    ("protocol", lambda d: d["config"]["protocol"]),
+    ("protocol parameters", lambda d: d["config"]["protocol_params"]),
+    ("mode", lambda d: d["config"]["mode"]),
+)
+
+
+def _shown(value: Any) -> str:
+    return "no limit" if value is None else str(value)
+
+
+def _limit(value: Any) -> str:
+    return "no limit" if value is None else f"limit {value}"
+
+
+def comparability_problem(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """Why runs ``a`` and ``b`` cannot be compared edit by edit, or ``None`` when they can."""
+    for label, key in COMPARABLE_SETTINGS:
+        if key(a) != key(b):
+            return f"the runs differ in {label}: {_shown(key(a))} (A) vs {_shown(key(b))} (B)"
+    ids_a = [r["edit_id"] for r in a["per_edit"]]
+    ids_b = [r["edit_id"] for r in b["per_edit"]]
+    if sorted(ids_a) != sorted(ids_b):
+        limit_a, limit_b = a["config"].get("limit"), b["config"].get("limit")
+        return (
+            f"the runs cover different edits ({len(ids_a)} edits, {_limit(limit_a)} (A) vs "
+            f"{len(ids_b)} edits, {_limit(limit_b)} (B))"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class PairedResamples:
+    """Several comparable runs, their per-edit statistics aligned edit by edit (see :func:`paired_resamples`).
+
+    :meth:`difference` compares any two of them on a metric with the paired method of its kind.
+    """
+
+    settings: BootstrapSettings
+    documents: tuple[Mapping[str, Any], ...]
+    sums: tuple[
+        Mapping[str, EditSums], ...
+    ]  # each run's per-edit sums by path, in the first run's edit order
+    declared: Mapping[str, MetricSpec]
+    flips: tuple[np.ndarray, bool] | None = None
+    problem: str | None = None  # why the runs' records cannot be compared (an old results schema)
+
+    def difference(self, metric: str, a: int, b: int) -> MetricDifference:
+        """Run ``b`` minus run ``a`` on ``metric``: interval, p-value, verdict and the few-edits flag."""
+        spec = self.declared[metric]
+        test = PAIRED_TEST_BY_KIND[spec.kind]
+        va = metric_entry_at(self.documents[a]["metrics"], metric)["value"]
+        vb = metric_entry_at(self.documents[b]["metrics"], metric)["value"]
+        if va is None or vb is None:
+            which = " and ".join(x for x, v in (("A", va), ("B", vb)) if v is None)
+            return MetricDifference(
+                metric, va, vb, None, None, None, None, f"undefined in {which}", test=test
+            )
+        parts = spec.of if spec.kind == "composite" else (metric,)
+        n_edits = 0 if self.problem else len(next(iter(self.sums[a].values())).ratio.numerator)
+        if self.problem is not None or n_edits < 2:
+            reason = self.problem or "the runs have one edit: a comparison over edits needs at least two"
+            return MetricDifference(metric, va, vb, vb - va, None, None, None, reason, test=test)
+        sums_a = {p: (s.ratio.numerator[None], s.ratio.denominator[None]) for p, s in self.sums[a].items()}
+        sums_b = {p: (s.ratio.numerator[None], s.ratio.denominator[None]) for p, s in self.sums[b].items()}
+        batch = batch_differences(metric, self.declared, sums_a, sums_b, self.settings, self.flips)
+        edits = min(min(self.sums[i][p].ratio.edits_defined for p in parts) for i in (a, b))
+        effective = min(min(self.sums[i][p].ratio.effective_edits for p in parts) for i in (a, b))
+        common = {
+            "test": test,
+            "edits": edits,
+            "effective_edits": effective,
+            "few_edits": effective < FEW_EDITS,
+        }
+        if int(batch.status[0]) != OK:
+            reason = "the metric rests on one edit: resampling edits cannot show its spread"
+            return MetricDifference(metric, va, vb, vb - va, None, None, None, reason, **common)
+        p = float(batch.p_value[0])
+        told = p < 1.0 - self.settings.level
+        better = None
+        if told:
+            b_lower = vb < va
+            better = "B" if b_lower == spec.lower_is_better else "A"
+        discordant = None
+        if spec.kind == "edit_outcome":
+            xa = self.sums[a][metric].ratio
+            xb = self.sums[b][metric].ratio
+            both = (xa.denominator > 0) & (xb.denominator > 0)
+            discordant = (
+                int(((xa.numerator > 0.5) & (xb.numerator < 0.5) & both).sum()),
+                int(((xa.numerator < 0.5) & (xb.numerator > 0.5) & both).sum()),
+            )
+        return MetricDifference(
+            metric,
+            va,
+            vb,
+            vb - va,
+            float(batch.low[0]),
+            float(batch.high[0]),
+            told,
+            None,
+            p,
+            discordant=discordant,
+            better=better,
+            **common,
+        )
+
+
+def paired_resamples(
+    documents: Sequence[Mapping[str, Any]],
+    settings: BootstrapSettings | None = None,
+    spec: BenchmarkSpec | None = None,
+) -> PairedResamples:
+    """Align several comparable runs edit by edit for paired comparisons.
+
+    Every run must be comparable with the first (:func:`comparability_problem`); its per-edit records
+    are put in the first run's edit order, so that edit ``e`` means the same edit in every run.
+    Raises :class:`KnowgicError` naming the first run that is not comparable.
+    """
+    if not documents:
+        raise KnowgicError("no runs to compare")
+    settings = settings or BootstrapSettings()
+    first = documents[0]
+    for i, other in enumerate(documents[1:], 2):
+        problem = comparability_problem(first, other)
+        if problem is not None:
+            raise KnowgicError(f"cannot compare the runs (run 1 is A, run {i} is B): {problem}")
+    spec = spec or benchmark_spec()
+    try:
+        records = [Records.from_document(d) for d in documents]
+    except KnowgicError as exc:
+        return PairedResamples(settings, tuple(documents), (), spec.metric_paths(), None, str(exc))
+    order = records[0].edit_ids
+    sums = tuple(metric_sums(r.reordered(order), spec) for r in records)
+    flips = sign_flips(len(order), settings.seed) if len(order) >= 2 else None
+    return PairedResamples(settings, tuple(documents), sums, spec.metric_paths(), flips)
+
+
+def compare_results(
+    a: Mapping[str, Any],
+    b: Mapping[str, Any],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    level: float = DEFAULT_LEVEL,
+    spec: BenchmarkSpec | None = None,
+) -> list[MetricDifference]:
+    r"""Run B minus run A on every declared metric (by path, spec order), paired edit by edit.
+
+    Each difference has its interval, the p-value of the paired test of its kind (McNemar's exact test for
+    a 0/1 outcome per edit, the sign-flip permutation test otherwise), whether the test tells the runs
+    apart at ``1 - level`` (``excludes_zero``), which run is better by the metric's direction, and the
+    few-edits flag. Raises :class:`KnowgicError` when the runs differ in model, dataset version or hash,
+    protocol or mode, or cover different edits.
+    """
+    problem = comparability_problem(a, b)
+    if problem is not None:
+        raise KnowgicError(f"cannot compare the runs: {problem}")
+    settings = BootstrapSettings(resamples=resamples, seed=seed, level=level)
+    paired = paired_resamples([a, b], settings, spec)
+    return [paired.difference(path, 0, 1) for path in paired.declared]
+
+
+@dataclass(frozen=True)
+class BestComparison:
+    """Per metric: the best run and, for every run, whether the paired test can tell it from the best.
+
+    ``tied[i]`` is ``True`` when the Holm-adjusted p-value of run ``i`` against the best run is at least
+    ``1 - level`` (the best run itself is ``True``), ``False`` when it is below, and ``None`` when it cannot
+    be computed or the run's value is undefined. ``p_values[i]`` is that adjusted p-value.
+    """
+
+    metric: str
+    best: int | None
+    tied: tuple[bool | None, ...]
+    p_values: tuple[float | None, ...] = ()
+
+
+def compare_with_best(paired: PairedResamples, metric: str, lower_is_better: bool) -> BestComparison:
+    """The run with the best value of ``metric`` (the first of equal ones) and each run's paired test
+    against it, the family of those tests controlled by Holm's method (see :class:`BestComparison`)."""
+    values = [metric_entry_at(d["metrics"], metric)["value"] for d in paired.documents]
+    defined = [i for i, v in enumerate(values) if v is not None]
+    if not defined:
+        return BestComparison(metric, None, tuple(None for _ in values), tuple(None for _ in values))
+    sign = 1.0 if lower_is_better else -1.0
+    best = min(defined, key=lambda i: (sign * float(values[i]), i))
+    raw: list[float | None] = []
+    for i in range(len(values)):
+        if i == best:
+            raw.append(None)
+            continue
+        difference = paired.difference(metric, best, i)
+        raw.append(difference.p_value)
+    adjusted = holm(raw)
+    alpha = 1.0 - paired.settings.level
+    tied = tuple(
+        True if i == best else (None if adjusted[i] is None else adjusted[i] >= alpha)  # type: ignore[operator]
+        for i in range(len(values))
+    )
+    return BestComparison(metric, best, tied, tuple(adjusted))
+
+
+def ranks_by_significance(paired: PairedResamples, metric: str) -> list[int | None]:
+    """Each run's rank on ``metric``: 1 + the number of runs significantly better than it.
+
+    Every pair of runs is compared with the paired test of the metric's kind and the family of all those
+    tests is controlled by Holm's method at ``1 - level``; runs that no test tells apart share a rank. A run
+    whose value is undefined gets ``None``. The leaderboard's rank column is this.
+    """
+    spec = paired.declared[metric]
+    values = [metric_entry_at(d["metrics"], metric)["value"] for d in paired.documents]
+    pairs = [(i, j) for i in range(len(values)) for j in range(i + 1, len(values))]
+    pairs = [(i, j) for i, j in pairs if values[i] is not None and values[j] is not None]
+    adjusted = holm([paired.difference(metric, i, j).p_value for i, j in pairs])
+    alpha = 1.0 - paired.settings.level
+    better_count = [0] * len(values)
+    for (i, j), p in zip(pairs, adjusted, strict=True):
+        if p is None or p >= alpha or values[i] == values[j]:
+            continue
+        i_better = (values[i] < values[j]) == spec.lower_is_better  # type: ignore[operator]
+        better_count[j if i_better else i] += 1
+    return [None if v is None else 1 + better_count[k] for k, v in enumerate(values)]
+
+
+IFR_CHECK_RULE = "flagged when the public and the private IFR intervals do not overlap"
+
+
+def ifr_check(public: Mapping[str, Any], private: Mapping[str, Any]) -> dict[str, Any]:
+    """Public against private IFR (metric entries with intervals): the difference and the flag."""
+    pub, pri = public["ifr"], private["ifr"]
+    record: dict[str, Any] = {
+        "public": pub["value"],
+        "private": pri["value"],
+        "difference": None,
+        "public_interval": pub.get("interval"),
+        "private_interval": pri.get("interval"),
+        "flagged": False,
+        "rule": IFR_CHECK_RULE,
+    }
+    if pub["value"] is None or pri["value"] is None:
+        record["reason"] = (
+            "IFR is undefined on the " + ("public" if pub["value"] is None else "private") + " chains"
+        )
+        return record
+    record["difference"] = pri["value"] - pub["value"]
+    if not pub.get("interval") or not pri.get("interval"):
+        which = "public" if not pub.get("interval") else "private"
+        why = (pub if which == "public" else pri).get("interval_reason") or "no interval"
+        record["reason"] = f"the {which} IFR has no interval ({why})"
+        return record
+    (pub_low, pub_high), (pri_low, pri_high) = pub["interval"], pri["interval"]
+    record["flagged"] = pub_high < pri_low or pri_high < pub_low
+    return record

@@ -1,0 +1,118 @@
+"""The typed records every metric is computed from: one per chain and one per edit of a run.
+
+A results document carries them as ``chains`` and ``per_edit``; :meth:`Records.from_document` reads them
+back, so that what a reader recomputes from a published file is what the run computed::
+
+    results document ──chains────> ChainOutcome (edit, length, active, R, R', known after the edit)
+                     ──per_edit──> EditRecord   (the edit's rewrite and question outcomes, and the sums of
+                                                 its broader-context facts and neighbours)
+                     ──> Records ──> knowgic.measure.registry (each metric's per-edit sums)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from knowgic.errors import KnowgicError
+from knowgic.metrics import ChainOutcome
+
+_EDIT_SUMS = ("preservation_sum", "preservation_n", "specificity_kept", "neighbours", "neighbours_known")
+"""Per-edit sums every readable document records (results schema 1.1 and later)."""
+
+
+@dataclass(frozen=True)
+class EditRecord:
+    """One edit's outcomes: p'(o*) and p'(o^c) on the rewrite prompt, its question-form outcome (``None``
+    without a question form), its broader-context facts (the sum of min(1, p'/p) over the ``preservation_n``
+    known ones, and its own Preservation) and its neighbours (the kind of its neighbourhood, how many, how
+    many known before the edit, how many of those kept their answer)."""
+
+    edit_id: str
+    p_new: float
+    p_true: float
+    generalization: float | None
+    preservation: float | None
+    preservation_facts: int | None
+    preservation_facts_known: int
+    preservation_sum: float
+    preservation_n: int
+    neighbourhood: str
+    neighbours: int
+    neighbours_known: int
+    specificity_kept: int
+
+
+@dataclass(frozen=True)
+class Records:
+    """A run's records, in the run's edit order; ``preservation_facts``: its broader-context facts in all."""
+
+    edits: tuple[EditRecord, ...]
+    chains: tuple[ChainOutcome, ...]
+    preservation_facts: int
+
+    @property
+    def edit_ids(self) -> tuple[str, ...]:
+        return tuple(e.edit_id for e in self.edits)
+
+    def index(self) -> dict[str, int]:
+        """Edit id -> its position in :attr:`edits`."""
+        return {e.edit_id: i for i, e in enumerate(self.edits)}
+
+    def reordered(self, order: tuple[str, ...]) -> Records:
+        """The same records with the edits in ``order`` (the chains are looked up by edit id)."""
+        by_id = {e.edit_id: e for e in self.edits}
+        return Records(tuple(by_id[e] for e in order), self.chains, self.preservation_facts)
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> Records:
+        """The records of a results document; a one-line error when it has none to recompute from."""
+        per_edit, chains = document.get("per_edit"), document.get("chains")
+        if not isinstance(per_edit, list) or not isinstance(chains, list):
+            raise KnowgicError("the results document has no per_edit and chains records to recompute from")
+        lacking = sorted({k for r in per_edit for k in _EDIT_SUMS if k not in r})
+        if lacking:
+            raise KnowgicError(
+                f"results schema {document.get('schema_version')} records no per-edit {', '.join(lacking)}: its "
+                "metrics and intervals cannot be recomputed (results schema 1.1 and later record them; rerun "
+                "the evaluation)"
+            )
+        edits = tuple(
+            EditRecord(
+                edit_id=str(r["edit_id"]),
+                p_new=float(r["p_new"]),
+                p_true=float(r["p_true"]),
+                generalization=None if r["generalization"] is None else float(r["generalization"]),
+                preservation=None if r["preservation"] is None else float(r["preservation"]),
+                preservation_facts=None if "preservation_facts" not in r else int(r["preservation_facts"]),
+                preservation_facts_known=int(r["preservation_facts_known"]),
+                preservation_sum=float(r["preservation_sum"]),
+                preservation_n=int(r["preservation_n"]),
+                neighbourhood=str(r["neighbourhood"]),
+                neighbours=int(r["neighbours"]),
+                neighbours_known=int(r["neighbours_known"]),
+                specificity_kept=int(r["specificity_kept"]),
+            )
+            for r in per_edit
+        )
+        if all(e.preservation_facts is not None for e in edits):
+            facts = sum(int(e.preservation_facts or 0) for e in edits)
+        else:  # results schema 1.1/1.2 record the total only
+            facts = int(document["counts"]["preservation_facts"])
+        return cls(
+            edits=edits,
+            chains=tuple(
+                ChainOutcome(
+                    case_id=int(c["case_id"]),
+                    edit_id=str(c["edit_id"]),
+                    length=int(c["length"]),
+                    active=bool(c["active"]),
+                    r_pre=float(c["r_pre"]),
+                    r_post=float(c["r_post"]),
+                    known_post=c.get("known_post"),
+                )
+                for c in chains
+            ),
+            preservation_facts=facts,
+        )
