@@ -1258,23 +1258,3 @@ def ranks_by_significance(paired: PairedResamples, metric: str) -> list[int | No
         i_better = (values[i] < values[j]) == spec.lower_is_better  # type: ignore[operator]
         better_count[j if i_better else i] += 1
     return [None if v is None else 1 + better_count[k] for k, v in enumerate(values)]
-
-
-FEW_EDITS_MARK = "†"
-"""Shown after a value resting on fewer than :data:`FEW_EDITS` effective edits (``few_edits``)."""
-
-
-def format_value(entry: Mapping[str, Any], digits: int = 3) -> str:
-    """``0.418 [0.35, 0.49]`` (the interval one digit shorter), ``0.418`` without an interval, ``–`` if null;
-    :data:`FEW_EDITS_MARK` after it where the entry is flagged ``few_edits``."""
-    value = entry.get("value")
-    if value is None:
-        return "–"
-    text = f"{value:.{digits}f}"
-    interval = entry.get("interval")
-    if interval:
-        low, high = interval
-        text += f" [{low:.{max(1, digits - 1)}f}, {high:.{max(1, digits - 1)}f}]"
-    if entry.get("few_edits"):
-        text += f" {FEW_EDITS_MARK}"
-    return text

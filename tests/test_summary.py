@@ -15,13 +15,13 @@ import pytest
 
 from knowgic.cli import build_parser, main
 from knowgic.evaluation.sweep import HEADLINE_COLUMNS, LENGTH_COLUMNS, TIED_MARK, row_labels, summary_table
+from knowgic.formatting import format_value
 from knowgic.uncertainty import (
     BOOTSTRAP_METHODS,
     DECLARED,
     METHOD_BY_KIND,
     METHODS,
     compare_results,
-    format_value,
     metric_entry_at,
 )
 
