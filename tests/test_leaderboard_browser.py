@@ -421,7 +421,7 @@ def test_a_cold_store_shows_its_rows_as_they_are_verified(
     import threading
 
     from knowgic.leaderboard.app import build_app, launch_app
-    from knowgic.leaderboard.bench import fill_store
+    from knowgic.leaderboard.timing import fill_store
     from knowgic.runner.store import ResultsStore
 
     from knowgic.evaluation.evaluate import EvaluationRequest, evaluate

@@ -1,4 +1,4 @@
-"""``knowgic evaluate`` and ``knowgic bench``."""
+"""``knowgic evaluate`` and ``knowgic timing``."""
 
 from __future__ import annotations
 
@@ -227,22 +227,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.set_defaults(func=run_probe_command)
 
     b = subparsers.add_parser(
-        "bench",
+        "timing",
         help="measure evaluation speed and memory against the naive per-row protocol",
-        description="Speed and memory benchmark; prints one JSON line of measured ratios.",
+        description="Speed and memory timing; prints one JSON line of measured ratios.",
     )
-    b.add_argument("--model", default="knowgic-tiny", help="model to benchmark (default: knowgic-tiny)")
-    b.add_argument("--editor", default="rome", help="editor to benchmark (default: rome)")
+    b.add_argument("--model", default="knowgic-tiny", help="model to time (default: knowgic-tiny)")
+    b.add_argument("--editor", default="rome", help="editor to time (default: rome)")
     b.add_argument(
         "--naive-rows",
         type=positive_int,
         help="time the naive protocol on a seeded sample of this many rows and extrapolate "
         "(default: 100; the row count or more: every row, no extrapolation)",
     )
-    b.add_argument("--limit", type=positive_int, help="benchmark only the first N distinct edits")
+    b.add_argument("--limit", type=positive_int, help="time only the first N distinct edits")
     b.add_argument("--repeats", type=positive_int, default=3, help="best of this many scorer/forward timings")
     b.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
-    b.set_defaults(func=run_bench)
+    b.set_defaults(func=run_timing)
 
     c = subparsers.add_parser(
         "compare",
@@ -649,11 +649,11 @@ def run_probe_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_bench(args: argparse.Namespace) -> int:
-    from knowgic.evaluation.bench import run_benchmark
+def run_timing(args: argparse.Namespace) -> int:
+    from knowgic.evaluation.timing import run_timing
 
     try:
-        run_benchmark(
+        run_timing(
             model=args.model,
             editor=args.editor,
             naive_rows_measured=args.naive_rows,
@@ -662,5 +662,5 @@ def run_bench(args: argparse.Namespace) -> int:
             repeats=args.repeats,
         )
     except MemoryError as exc:
-        raise KnowgicError(f"out of memory during the benchmark: {exc}") from None
+        raise KnowgicError(f"out of memory during the timing run: {exc}") from None
     return 0
