@@ -23,7 +23,7 @@ COMMAND_MODULES = (
     "knowgic.dataset.commands",  # dataset path, validate, publish
     "knowgic.models.commands",  # models list, prepare
     "knowgic.editors.commands",  # editors list
-    "knowgic.evaluation.commands",  # evaluate, bench
+    "knowgic.evaluation.commands",  # evaluate, timing
     "knowgic.builder.commands",  # build, review
     "knowgic.runner.store_commands",  # store add, store list
     "knowgic.runner.commands",  # runner submit, worker, status, logs, requeue, cancel

@@ -9,7 +9,7 @@ from knowgic.leaderboard.table import HEADLINE, METRIC_COLUMNS, PER_EDIT_METRICS
 
 from knowgic import __version__
 from knowgic.dataset.versions import latest_version, version_dir
-from knowgic.formatting import FEW_EDITS_MARK
+from knowgic.formatting import FEW_EDITS_MARK, direction_text
 from knowgic.intervals import DEFAULT_LEVEL, FEW_EDITS, METHOD_BY_KIND, METHODS
 from knowgic.paired import PAIRED_TEST_BY_KIND
 
@@ -32,7 +32,7 @@ def _metric_lines() -> list[str]:
     for key in dict.fromkeys((*HEADLINE, *PER_EDIT_METRICS, "ifr_len_1")):
         column = METRIC_COLUMNS[key]
         label = "IFR n=1…5" if key == "ifr_len_1" else column.label
-        better = "lower ↓" if column.lower_is_better else "higher ↑"
+        better = direction_text("lower" if column.lower_is_better else "higher")
         lines.append(f"| {label} | {better} | {' '.join(column.description.split())} |")
     return lines
 

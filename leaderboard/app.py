@@ -54,6 +54,8 @@ from knowgic.runner.signing import TrustedKeys
 from knowgic.runner.store import ResultsStore, SkippedFile, StoreEntry, StoreFileError, StoreScan
 
 from knowgic.errors import KnowgicError
+from knowgic.formatting import FEW_EDITS_MARK
+from knowgic.intervals import FEW_EDITS
 
 DEFAULT_UPLOAD_LIMIT_BYTES = 50 * 1024 * 1024
 DEFAULT_REFRESH_SECONDS = 5.0
@@ -373,7 +375,8 @@ class BoardTab:
                 self.next_page = gr.Button("next ▶", size="sm", elem_id="kg-next", scale=0)
                 gr.Markdown(
                     f"{PAGE_SIZE} runs a page. Click a row for its details; hover a value for its n and "
-                    "interval, a rank for how it is computed (see About); † fewer than 10 effective edits.",
+                    f"interval, a rank for how it is computed (see About); {FEW_EDITS_MARK} fewer than {FEW_EDITS:g} "
+                    "effective edits.",
                     elem_classes="kg-hint",
                 )
             with gr.Column(visible=False, elem_id="kg-reported-box") as self.reported_box:

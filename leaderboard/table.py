@@ -24,7 +24,8 @@ import pandas as pd
 from knowgic.runner.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
 
 from knowgic.evaluation.results import content_sha256
-from knowgic.formatting import FEW_EDITS_MARK
+from knowgic.formatting import FEW_EDITS_MARK, UNDEFINED, few_edits_note, format_interval, format_number
+from knowgic.intervals import FEW_EDITS
 from knowgic.spec import MetricSpec, benchmark_spec
 from knowgic.yamlfile import read_yaml
 
@@ -207,20 +208,20 @@ class MetricCell:
         """The cell: value and interval (n on hover); "–" with the reason on hover when undefined (never 0)."""
         if self.value is None:
             reason = self.reason or "undefined"
-            return f'<span class="kg-undefined" title="{text(reason)}">–</span>'
+            return f'<span class="kg-undefined" title="{text(reason)}">{UNDEFINED}</span>'
         hover = [f"value {self.value:.6g}"]
         if self.n is not None:
             hover.append(f"n = {self.n}")
-        parts = [f'<span class="kg-value">{self.value:.3f}</span>']
+        parts = [f'<span class="kg-value">{format_number(self.value, 3)}</span>']
         if self.low is not None and self.high is not None:
             pct = f"{level * 100:g}% " if level else ""
-            hover.append(f"{pct}interval [{self.low:.4f}, {self.high:.4f}]")
-            parts.append(f'<span class="kg-interval">[{self.low:.2f}, {self.high:.2f}]</span>')
+            hover.append(f"{pct}interval {format_interval((self.low, self.high))}")
+            parts.append(f'<span class="kg-interval">{format_interval((self.low, self.high), 2)}</span>')
         elif self.interval_reason:
             hover.append(f"no interval: {self.interval_reason}")
         if self.few_edits:
             hover.append(
-                f"few edits: {self.effective_edits or 0:.1f} effective (below 10), the interval covers less"
+                f"{few_edits_note(self.effective_edits, FEW_EDITS, mark=False)}, the interval covers less"
             )
             parts.append(
                 f'<span class="kg-few-edits">{FEW_EDITS_MARK}</span>'

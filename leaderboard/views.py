@@ -31,6 +31,15 @@ from knowgic.leaderboard.table import (
 from knowgic.runner.store import StoreFileError
 
 from knowgic.errors import KnowgicError
+from knowgic.formatting import (
+    NOT_TOLD_APART,
+    direction_text,
+    format_interval,
+    format_number,
+    undefined_text,
+    verdict_meaning,
+    verdict_words,
+)
 
 PER_EDIT_COLUMNS = (
     "edit_id",
@@ -89,19 +98,15 @@ def _bounded_records(
 
 
 def better_text(path: str) -> str:
-    direction = metric_direction(path)
-    return {"lower": "lower ↓", "higher": "higher ↑"}.get(direction or "", "")
+    return direction_text(metric_direction(path))
 
 
 def _interval(entry: Mapping[str, Any]) -> str:
-    interval = entry.get("interval")
-    if isinstance(interval, list) and len(interval) == 2:
-        return f"[{interval[0]:.4f}, {interval[1]:.4f}]"
-    return "–"
+    return format_interval(entry.get("interval"))
 
 
 def _value(value: Any) -> str:
-    return "–" if value is None else f"{float(value):.4f}"
+    return format_number(value)
 
 
 def metrics_frame(row: Row | None, document: Mapping[str, Any] | None) -> pd.DataFrame:
@@ -119,7 +124,7 @@ def metrics_frame(row: Row | None, document: Mapping[str, Any] | None) -> pd.Dat
             else:
                 items = [(name, entry)]
             for path, item in items:
-                note = item.get("reason") if item.get("value") is None else item.get("interval_reason")
+                note = undefined_text(item) if item.get("value") is None else item.get("interval_reason")
                 record = {
                     "Metric": metric_label(path),
                     "Value": _value(item.get("value")),
@@ -368,13 +373,12 @@ _COMPARE_COLUMNS = [
 
 
 def verdict(difference: Any) -> str | None:
-    """What the paired test of B − A says, in words: "B better", "A better" (by the metric's declared
-    direction) or "no significant difference"; None where there is no test."""
-    if difference is None or difference.told_apart is None:
+    """What the paired test of B − A says, in words (:func:`knowgic.formatting.verdict_words`): "B better
+    (told apart)", "A better (told apart)" (by the metric's declared direction) or "not told apart"; None
+    where there is no test."""
+    if difference is None:
         return None
-    if not difference.told_apart:
-        return "no significant difference"
-    return f"{difference.better} better" if difference.better in ("A", "B") else None
+    return verdict_words(difference.told_apart, difference.better)
 
 
 def _side_by_side(a: Mapping[str, Any], b: Mapping[str, Any], differences: Mapping[str, Any]) -> pd.DataFrame:
@@ -390,12 +394,12 @@ def _side_by_side(a: Mapping[str, Any], b: Mapping[str, Any], differences: Mappi
         diff = differences.get(path)
         va, vb = ea.get("value"), eb.get("value")
         if diff is not None:
-            delta = "–" if diff.difference is None else f"{diff.difference:+.4f}"
-            paired = "–" if diff.low is None else f"[{diff.low:+.4f}, {diff.high:+.4f}]"
+            delta = format_number(diff.difference, signed=True)
+            paired = format_interval((diff.low, diff.high), signed=True)
             said = verdict(diff) or "–"
             note = diff.reason or ""
         else:
-            delta = "–" if va is None or vb is None else f"{vb - va:+.4f}"
+            delta = format_number(None if va is None or vb is None else vb - va, signed=True)
             paired, said = "–", "–"
             note = ea.get("reason") or eb.get("reason") or ""
         records.append(
@@ -429,25 +433,24 @@ def summary_sentences(differences: Mapping[str, Any]) -> tuple[str, ...]:
         if path == "deep_editing_score":
             if said is None:
                 sentences.append(f"Deep-editing score: no paired interval ({diff.reason or 'undefined'}).")
-            elif said == "no significant difference":
+            elif said == NOT_TOLD_APART:
                 sentences.append(
-                    f"Deep-editing score: no significant difference (B − A = {diff.difference:+.3f}, "
+                    f"Deep-editing score: {NOT_TOLD_APART} (B − A = {diff.difference:+.3f}, "
                     f"p = {diff.p_value:.3g})."
                 )
             else:
                 sentences.append(
-                    f"Deep-editing score: {said[0]} is better (B − A = {diff.difference:+.3f}, p = {diff.p_value:.3g})."
+                    f"Deep-editing score: {diff.better} is better (B − A = {diff.difference:+.3f}, p = {diff.p_value:.3g})."
                 )
             continue
         if said is not None and "." not in path and path in METRIC_COLUMNS:
             by_verdict.setdefault(said, []).append(metric_label(path))
-    for said, text in (("B better", "B is better on"), ("A better", "A is better on")):
-        if by_verdict.get(said):
-            sentences.append(f"{text} {', '.join(by_verdict[said])}.")
-    if by_verdict.get("no significant difference"):
-        sentences.append(
-            f"No significant difference on {', '.join(by_verdict['no significant difference'])}."
-        )
+    for better in ("B", "A"):
+        said = verdict_words(True, better)
+        if said is not None and by_verdict.get(said):
+            sentences.append(f"{better} is better on {', '.join(by_verdict[said])}.")
+    if by_verdict.get(NOT_TOLD_APART):
+        sentences.append(f"{NOT_TOLD_APART.capitalize()} on {', '.join(by_verdict[NOT_TOLD_APART])}.")
     return tuple(sentences)
 
 
@@ -472,6 +475,7 @@ def _edits_side_by_side(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFr
 def compare(row_a: Row | None, row_b: Row | None) -> Comparison:
     """Two results of one model, metric by metric (with paired bootstrap intervals of B − A when the runs
     cover the same edits) and edit by edit."""
+    from knowgic.intervals import DEFAULT_LEVEL
     from knowgic.measure.compare import compare_results
 
     empty = Comparison("", pd.DataFrame(columns=_COMPARE_COLUMNS), pd.DataFrame())
@@ -496,7 +500,8 @@ def compare(row_a: Row | None, row_b: Row | None) -> Comparison:
     try:
         differences = {d.metric: d for d in compare_results(doc_a, doc_b)}
         message = (
-            header + "B − A with a paired cluster-bootstrap interval over the same resampled edits (95%)."
+            header + "B − A with a paired cluster-bootstrap interval over the same resampled edits (95%). "
+            f"{verdict_meaning(DEFAULT_LEVEL)}; '{NOT_TOLD_APART}': these edits cannot tell A from B."
         )
     except KnowgicError as exc:
         differences = {}

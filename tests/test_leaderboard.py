@@ -424,10 +424,10 @@ def test_compare_two_runs_of_one_model(served, board_store) -> None:
     assert rows["IFR"][7] == f"[{ifr.low:+.4f}, {ifr.high:+.4f}]"
     score = expected["deep_editing_score"]
     if score.told_apart:
-        assert rows["Deep-editing score"][8] == f"{score.better} better"
+        assert rows["Deep-editing score"][8] == f"{score.better} better (told apart)"
         assert f"{score.better} is better" in message
     else:
-        assert rows["Deep-editing score"][8] == "no significant difference"
+        assert rows["Deep-editing score"][8] == "not told apart"
     assert f'href="?a={a}&amp;b={b}"' in message  # the permalink is a link
     assert len(edits["data"]) == len(_doc(board_store, "rome")["per_edit"])
     message, metrics, _ = client.predict(a, "reported-gpt2-xl-rome", api_name="/compare")

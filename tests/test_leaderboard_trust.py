@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from knowgic.leaderboard import views
-from knowgic.leaderboard.bench import fill_store
 from knowgic.leaderboard.table import ALL_MODELS
+from knowgic.leaderboard.timing import fill_store
 from knowgic.runner.signing import generate_key, load_signer
 from knowgic.runner.store import ResultsStore, local_entry_id
 

@@ -41,7 +41,9 @@ def test_registered_functions_give_the_papers_formulas(rome_run) -> None:
     """Every metric computed from the records equals the per-item formula applied to the raw outcomes."""
     out = collect_outcomes(rome_run.plan, rome_run.scores)
     by_kind = {
-        kind: M.specificity([n for n, k in zip(out.neighbours, out.neighbour_kinds, strict=True) if k == kind])
+        kind: M.specificity(
+            [n for n, k in zip(out.neighbours, out.neighbour_kinds, strict=True) if k == kind]
+        )
         for kind in ("same-relation", "other-graphs")
     }
     direct: dict[str, M.MetricValue] = {

@@ -178,7 +178,7 @@ def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     return [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
 
 
-@pytest.mark.parametrize("command", ["sweep", "summarize", "compare", "evaluate", "probe", "bench"])
+@pytest.mark.parametrize("command", ["sweep", "summarize", "compare", "evaluate", "probe", "timing"])
 def test_every_option_has_a_help_text(command) -> None:
     subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     parser = subparsers.choices[command]

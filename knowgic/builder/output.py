@@ -26,6 +26,7 @@ from knowgic.dataset.schemas import CONFIG_SCHEMAS, validator
 from knowgic.dataset.versions import ALIASES_FILE, VERSION_FILE
 from knowgic.errors import KnowgicError
 from knowgic.records import EditRequest
+from knowgic.schema_errors import first_error_line
 
 BUILD_RECORD = "build/build.json"
 PROVENANCE = "build/provenance.jsonl"
@@ -65,10 +66,9 @@ def chain_rows(graph_out: Mapping[str, Any], facts: Mapping[str, Mapping[str, An
 def _check(config: str, rows: Sequence[Mapping[str, Any]]) -> None:
     v = validator(CONFIG_SCHEMAS[config])
     for i, row in enumerate(rows):
-        error = next(iter(v.iter_errors(row)), None)
-        if error is not None:
-            pointer = "/" + "/".join(str(p) for p in error.absolute_path)
-            raise KnowgicError(f"built {config} row {i} breaks its schema at {pointer}: {error.message}")
+        problem = first_error_line(v.iter_errors(row))
+        if problem is not None:
+            raise KnowgicError(f"built {config} row {i} breaks its schema at {problem}")
 
 
 def _build_section(record: Mapping[str, Any]) -> str:

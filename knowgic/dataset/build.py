@@ -44,6 +44,7 @@ from knowgic.dataset.schemas import CONFIG_SCHEMAS, validator
 from knowgic.dataset.versions import ALIASES_FILE, HUB_DIR, VERSION_FILE
 from knowgic.errors import KnowgicError
 from knowgic.paths import PACKAGE_DIR, spec_dir
+from knowgic.schema_errors import first_error_line
 
 UPSTREAM_DIR = PACKAGE_DIR / "dataset" / "upstream"
 DATA_FILES = {config: f"data/{config}-test.jsonl" for config in CONFIG_SCHEMAS}
@@ -100,12 +101,9 @@ def upstream_inputs() -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
 def _check_rows(version: str, config: str, rows: Sequence[Mapping[str, Any]]) -> None:
     v = validator(CONFIG_SCHEMAS[config])
     for index, row in enumerate(rows):
-        error = next(iter(v.iter_errors(row)), None)
-        if error is not None:
-            pointer = "/" + "/".join(str(p) for p in error.absolute_path)
-            raise KnowgicError(
-                f"build of {version}: {config} row {index} breaks its schema at {pointer}: {error.message}"
-            )
+        problem = first_error_line(v.iter_errors(row))
+        if problem is not None:
+            raise KnowgicError(f"build of {version}: {config} row {index} breaks its schema at {problem}")
 
 
 def derived_change(

@@ -12,15 +12,12 @@ warnings do not (exit 0).
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-from jsonschema.exceptions import ValidationError
 
 from knowgic.clip import QUOTE_LIMIT, clip, clip_strings
 from knowgic.dataset.checks import Finding, check_aliases, check_chains
@@ -40,6 +37,7 @@ from knowgic.dataset.io import (
 )
 from knowgic.dataset.schemas import CONFIG_SCHEMAS, validator, yaml_features
 from knowgic.errors import KnowgicError
+from knowgic.schema_errors import explain, json_pointer, reportable, short
 from knowgic.yamlfile import YamlError, parse_yaml
 
 ALIAS_FILE_NAMES = ("aliases.json", "attributes_with_aliases.json")
@@ -49,15 +47,6 @@ LINE_LIMIT = 5 * QUOTE_LIMIT
 """Characters of one message of a report (an error with its place, a warning's message, a note)."""
 LINES_LIMIT = 20 * QUOTE_LIMIT
 """Characters of one of a finding's complete sub-lines (lists of names, each name clipped to QUOTE_LIMIT)."""
-_JSON_TYPES = {
-    dict: "object",
-    list: "array",
-    str: "string",
-    bool: "boolean",
-    int: "integer",
-    float: "number",
-    type(None): "null",
-}
 
 
 @dataclass
@@ -151,94 +140,6 @@ def _bounded_finding(finding: Finding) -> dict[str, Any]:
 # --- schema errors -------------------------------------------------------------------------------
 
 
-def _short(value: Any, limit: int = 60) -> str:
-    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _value(value: Any) -> str:
-    """`` <value>`` for a scalar worth showing, empty for null, objects and arrays."""
-    return f" {_short(value)}" if isinstance(value, str | int | float) and not isinstance(value, bool) else ""
-
-
-def _json_type(value: Any) -> str:
-    return _JSON_TYPES.get(type(value), type(value).__name__)
-
-
-def _pointer(path: Sequence[Any]) -> str:
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
-
-
-def explain(error: ValidationError) -> str:
-    """What the schema expected, in words."""
-    kind, value, inst, schema = error.validator, error.validator_value, error.instance, error.schema
-    desc = schema.get("description") if isinstance(schema, Mapping) else None
-    if kind == "type":
-        expected = " or ".join(value) if isinstance(value, list) else value
-        article = "an" if str(expected)[0] in "aeiou" else "a"
-        return f"expected {article} {expected}, got {_json_type(inst)}{_value(inst)}"
-    if kind == "required":
-        # one error per missing property; its name is the quoted part of the message
-        match = re.match(r"^'(.*)' is a required property$", error.message)
-        missing = (
-            [match.group(1)] if match else [k for k in value if isinstance(inst, dict) and k not in inst]
-        )
-        return f"missing required field {', '.join(repr(k) for k in missing)}"
-    if kind == "additionalProperties" and isinstance(inst, dict):
-        allowed = set(schema.get("properties", {}))
-        extra = sorted(k for k in inst if k not in allowed)
-        hint = f" (allowed: {', '.join(sorted(allowed))})" if allowed else ""
-        return f"unknown field {', '.join(repr(k) for k in extra)}{hint}"
-    if kind == "minLength":
-        return "expected a non-empty string" if value == 1 else f"expected at least {value} characters"
-    if kind == "pattern":
-        what = desc or f"a string matching {value}"
-        return f"expected {what}, got {_short(inst)}"
-    if kind == "minItems":
-        return f"expected at least {value} item{'s' if value != 1 else ''}, got {len(inst)}"
-    if kind == "maxItems":
-        return f"expected at most {value} item{'s' if value != 1 else ''}, got {len(inst)}"
-    if kind == "uniqueItems":
-        return "expected distinct items, got repeats"
-    if kind == "minimum":
-        return f"expected a number >= {value}, got {_short(inst)}"
-    if kind == "enum":
-        return f"expected one of {', '.join(json.dumps(v) for v in value)}, got {_short(inst)}"
-    if kind in ("anyOf", "oneOf"):
-        return f"expected {desc or 'one of the allowed shapes'}, got {_json_type(inst)}{_value(inst)}"
-    if kind == "x-equalLength":
-        return error.message
-    return f"{error.message}" + (f" (expected {desc})" if desc else "")
-
-
-def flatten(error: ValidationError) -> list[ValidationError]:
-    """The errors to report for ``error``: for ``anyOf``/``oneOf``, those of the one branch whose type fits
-    the instance (a list of aliases with an empty string is reported at that string, not as "matches no
-    shape"); else the error itself."""
-    if error.validator not in ("anyOf", "oneOf") or not error.context:
-        return [error]
-    branches: dict[Any, list[ValidationError]] = {}
-    for sub in error.context:
-        branches.setdefault(sub.relative_schema_path[0], []).append(sub)
-    fitting = [
-        errs
-        for errs in branches.values()
-        if not any(e.validator == "type" and not e.relative_path for e in errs)
-    ]
-    if len(fitting) != 1:
-        return [error]
-    return [f for sub in fitting[0] for f in flatten(sub)]
-
-
-def _reportable(errors: Sequence[ValidationError]) -> list[ValidationError]:
-    """Flattened and sorted; a ``pattern`` error is dropped where the same string already fails ``minLength``."""
-    flat = sorted(
-        (f for e in errors for f in flatten(e)), key=lambda e: (list(map(str, e.absolute_path)), e.validator)
-    )
-    too_short = {tuple(e.absolute_path) for e in flat if e.validator == "minLength"}
-    return [e for e in flat if not (e.validator == "pattern" and tuple(e.absolute_path) in too_short)]
-
-
 def _row_label(config: str, row: Any, index: int) -> str:
     key = {"chains": "case_id", "edits": "edit_id", "facts": "fact_id"}.get(config, "")
     if isinstance(row, dict):
@@ -246,7 +147,7 @@ def _row_label(config: str, row: Any, index: int) -> str:
         usable = isinstance(value, int) and not isinstance(value, bool) if config == "chains" else bool(value)
         if usable and isinstance(value, int | str):
             text = str(value)
-            return f"{key} {text if len(text) <= 40 and text.isprintable() else _short(value, 40)}"
+            return f"{key} {text if len(text) <= 40 and text.isprintable() else short(value, 40)}"
     return f"row {index}"
 
 
@@ -256,13 +157,18 @@ def schema_errors(config: str, rows: Sequence[Any], file: str) -> tuple[list[Sch
     errors: list[SchemaError] = []
     valid: list[int] = []
     for index, row in enumerate(rows):
-        row_errors = _reportable(list(v.iter_errors(row)))
+        row_errors = reportable(v.iter_errors(row))
         if not row_errors:
             valid.append(index)
         for e in row_errors:
             errors.append(
                 SchemaError(
-                    explain(e), file, config, _row_label(config, row, index), index, _pointer(e.absolute_path)
+                    explain(e),
+                    file,
+                    config,
+                    _row_label(config, row, index),
+                    index,
+                    json_pointer(e.absolute_path),
                 )
             )
     return errors, valid
@@ -296,9 +202,9 @@ def alias_errors(raw: Any, file: str) -> list[SchemaError]:
             "aliases",
             f"entity {e.absolute_path[0]!r}" if e.absolute_path else None,
             None,
-            _pointer(e.absolute_path),
+            json_pointer(e.absolute_path),
         )
-        for e in _reportable(list(v.iter_errors(raw)))
+        for e in reportable(v.iter_errors(raw))
     ]
 
 

@@ -1,4 +1,4 @@
-"""``knowgic evaluate`` and ``knowgic bench``."""
+"""``knowgic evaluate`` and ``knowgic timing``."""
 
 from __future__ import annotations
 
@@ -227,22 +227,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.set_defaults(func=run_probe_command)
 
     b = subparsers.add_parser(
-        "bench",
+        "timing",
         help="measure evaluation speed and memory against the naive per-row protocol",
-        description="Speed and memory benchmark; prints one JSON line of measured ratios.",
+        description="Speed and memory timing; prints one JSON line of measured ratios.",
     )
-    b.add_argument("--model", default="knowgic-tiny", help="model to benchmark (default: knowgic-tiny)")
-    b.add_argument("--editor", default="rome", help="editor to benchmark (default: rome)")
+    b.add_argument("--model", default="knowgic-tiny", help="model to time (default: knowgic-tiny)")
+    b.add_argument("--editor", default="rome", help="editor to time (default: rome)")
     b.add_argument(
         "--naive-rows",
         type=positive_int,
         help="time the naive protocol on a seeded sample of this many rows and extrapolate "
         "(default: 100; the row count or more: every row, no extrapolation)",
     )
-    b.add_argument("--limit", type=positive_int, help="benchmark only the first N distinct edits")
+    b.add_argument("--limit", type=positive_int, help="time only the first N distinct edits")
     b.add_argument("--repeats", type=positive_int, default=3, help="best of this many scorer/forward timings")
     b.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
-    b.set_defaults(func=run_bench)
+    b.set_defaults(func=run_timing)
 
     c = subparsers.add_parser(
         "compare",
@@ -316,34 +316,25 @@ def _log_line(line: str) -> None:
 
 
 def _fmt(value: float | None) -> str:
-    return "null" if value is None else f"{value:.4f}"
+    from knowgic.formatting import format_number
+
+    return format_number(value, 4, undefined="null")
 
 
 def _value_cells(entry: Mapping[str, Any]) -> tuple[str, str]:
     """The value and its interval (``[0.2593, 0.5808]``; ``–`` where there is none)."""
-    interval = entry.get("interval")
-    shown = f"[{interval[0]:.4f}, {interval[1]:.4f}]" if interval else "–"
-    return _fmt(entry["value"]), shown
+    from knowgic.formatting import format_interval
+
+    return _fmt(entry["value"]), format_interval(entry.get("interval"))
 
 
 def _note(entry: Mapping[str, Any]) -> str:
     """Why the value is null, else why its interval is, or what to know about it (few edits, every edit
     the same value); documents of schema 1.0 have none of these."""
-    from knowgic.formatting import FEW_EDITS_MARK
+    from knowgic.formatting import entry_note
     from knowgic.intervals import FEW_EDITS
 
-    if entry.get("reason"):
-        return str(entry["reason"])
-    notes = []
-    if entry["value"] is not None and entry.get("interval_reason"):
-        notes.append(f"no interval: {entry['interval_reason']}")
-    if entry.get("few_edits"):
-        notes.append(
-            f"{FEW_EDITS_MARK} few edits: {entry.get('effective_edits', 0):.1f} effective (below {FEW_EDITS:g})"
-        )
-    if entry.get("interval_note"):
-        notes.append(str(entry["interval_note"]))
-    return "; ".join(notes)
+    return entry_note(entry, FEW_EDITS)
 
 
 def _edits_cell(entry: Mapping[str, Any]) -> str:
@@ -535,7 +526,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from knowgic.formatting import FEW_EDITS_MARK
+    from knowgic.formatting import FEW_EDITS_MARK, format_interval, format_number, verdict_meaning
     from knowgic.intervals import FEW_EDITS, listing, methods_for
     from knowgic.measure.compare import compare_results
     from knowgic.paired import PAIRED_TEST_BY_KIND
@@ -573,8 +564,8 @@ def run_compare(args: argparse.Namespace) -> int:
         table.add_column(column, justify="right")
     table.add_column("verdict")
     for d in differences:
-        interval = "–" if d.low is None or d.high is None else f"[{d.low:+.4f}, {d.high:+.4f}]"
-        difference = "–" if d.difference is None else f"{d.difference:+.4f}"
+        interval = format_interval((d.low, d.high), signed=True)
+        difference = format_number(d.difference, signed=True)
         p = "–" if d.p_value is None else f"{d.p_value:.3g}"
         table.add_row(
             spec.path_label(d.metric),
@@ -594,8 +585,8 @@ def run_compare(args: argparse.Namespace) -> int:
     )
     console.print(
         f"Paired over the {len(a['per_edit'])} edits: {tests}; bootstrap intervals: {args.resamples} "
-        f"resamples, seed {args.seed}. 'told apart': p < "
-        f"{1 - args.level:.2g}. {FEW_EDITS_MARK} few edits: fewer than {FEW_EDITS:g} effective edits, where the "
+        f"resamples, seed {args.seed}. {verdict_meaning(args.level)}. "
+        f"{FEW_EDITS_MARK} few edits: fewer than {FEW_EDITS:g} effective edits, where the "
         "measured false-positive rate and coverage miss their levels (docs/metrics.md)."
     )
     return 0
@@ -603,16 +594,9 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def _verdict(difference: MetricDifference, declared: MetricSpec | None) -> str:
     """In words: which run the paired test finds better, or that these edits cannot tell them apart."""
-    from knowgic.formatting import FEW_EDITS_MARK
+    from knowgic.formatting import verdict_text
 
-    few = f" {FEW_EDITS_MARK} few edits" if difference.few_edits else ""
-    if difference.excludes_zero is None:
-        return f"– ({difference.reason})"
-    if not difference.excludes_zero:
-        return f"not told apart{few}"
-    if difference.better is None:
-        return f"told apart{few}"
-    return f"{difference.better} better (told apart){few}"
+    return verdict_text(difference.told_apart, difference.better, difference.few_edits, difference.reason)
 
 
 def run_probe_command(args: argparse.Namespace) -> int:
@@ -661,11 +645,11 @@ def run_probe_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_bench(args: argparse.Namespace) -> int:
-    from knowgic.evaluation.bench import run_benchmark
+def run_timing(args: argparse.Namespace) -> int:
+    from knowgic.evaluation.timing import run_timing
 
     try:
-        run_benchmark(
+        run_timing(
             model=args.model,
             editor=args.editor,
             naive_rows_measured=args.naive_rows,
@@ -674,5 +658,5 @@ def run_bench(args: argparse.Namespace) -> int:
             repeats=args.repeats,
         )
     except MemoryError as exc:
-        raise KnowgicError(f"out of memory during the benchmark: {exc}") from None
+        raise KnowgicError(f"out of memory during the timing run: {exc}") from None
     return 0

@@ -28,6 +28,7 @@ import jsonschema
 from knowgic.clip import clip
 from knowgic.errors import KnowgicError
 from knowgic.paths import spec_dir
+from knowgic.schema_errors import error_lines
 
 MAX_PROBLEMS_SHOWN = 10
 """Schema problems an error lists (each with its JSON pointer, values quoted briefly) before "and N more"."""
@@ -92,10 +93,9 @@ def content_sha256(document: Mapping[str, Any]) -> str:
 
 
 def validation_errors(document: Any) -> list[str]:
-    """Schema errors as ``"<json pointer>: <message>"`` lines (empty when valid)."""
+    """Schema errors as ``"<json pointer>: <what was expected>"`` lines (empty when valid)."""
     validator = jsonschema.Draft202012Validator(results_schema())
-    errors = sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))
-    return ["/" + "/".join(str(p) for p in e.absolute_path) + f": {e.message}" for e in errors]
+    return error_lines(validator.iter_errors(document))
 
 
 def validate_results(document: Any, where: str = "results") -> None:

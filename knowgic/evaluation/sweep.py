@@ -12,7 +12,7 @@ from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
 from knowgic.evaluation.evaluate import EvaluationRequest, check_request, evaluate
 from knowgic.evaluation.results import check_writable, describe_run, load_results, write_atomic
-from knowgic.formatting import FEW_EDITS_MARK, format_value
+from knowgic.formatting import FEW_EDITS_MARK, TOLD_APART, UNDEFINED, format_value
 from knowgic.intervals import (
     BOOTSTRAP_METHODS,
     DEFAULT_LEVEL,
@@ -86,7 +86,7 @@ def _cell(document: Mapping[str, Any], row: int, column: Column, marks: Mapping[
     """``**0.418** [0.26, 0.58]`` for the best row, ``0.421 [0.26, 0.58] ≈`` for a row tied with it."""
     text = format_value(metric_entry_at(document["metrics"], column.metric))
     comparison = marks.get(column.metric)
-    if comparison is None or comparison.best is None or text == "–":
+    if comparison is None or comparison.best is None or text == UNDEFINED:
         return text
     if row == comparison.best:
         value, _, rest = text.partition(" ")
@@ -189,7 +189,7 @@ def summary_table(
         lines.append(
             f"**Bold**: the best value of the column. {TIED_MARK}: the paired test of this row against the "
             f"best row ({tests}), Holm-adjusted over the column's rows, has p >= {1 - settings.level:.2g}: "
-            "these edits cannot tell the row from the best. A value without a mark is told apart from the best "
+            f"these edits cannot tell the row from the best. A value without a mark is {TOLD_APART} from the best "
             "(worse), or has no paired test (one edit, or the metric rests on one edit)."
         )
     return "\n".join(lines) + "\n"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import jsonschema
 from knowgic.clip import clip
 from knowgic.errors import KnowgicError
 from knowgic.paths import spec_dir
+from knowgic.schema_errors import explain, flatten, json_pointer
 from knowgic.yamlfile import read_yaml
 
 HPARAMS_DIR = Path(__file__).resolve().parent
@@ -83,7 +84,7 @@ def hparams_problems(
         return []
     validator = jsonschema.Draft202012Validator(schema)
     problems: list[tuple[list[str], str]] = []
-    for error in validator.iter_errors(dict(hparams)):
+    for error in (f for e in validator.iter_errors(dict(hparams)) for f in flatten(e)):
         path = [str(p) for p in error.absolute_path]
         if error.validator == "additionalProperties" and isinstance(error.instance, Mapping):
             # jsonschema reports all unknown keys of a mapping as one error; one per key, each with its
@@ -94,19 +95,14 @@ def hparams_problems(
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 problems.append(([*path, key], f"unknown key{hint}"))
             continue
-        problems.append((path, error.message))
+        problems.append((path, explain(error)))
     order = {str(k): i for i, k in enumerate(hparams)}  # the file's order; problems of the whole first
 
     def position(problem: tuple[list[str], str]) -> tuple[int, list[str]]:
         path = problem[0]
         return (order.get(path[0], len(order)) if path else -1, path)
 
-    return [f"{_pointer(path)}: {message}" for path, message in sorted(problems, key=position)]
-
-
-def _pointer(path: Iterable[Any]) -> str:
-    """The JSON pointer (RFC 6901) of a path; ``/`` for the document itself."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path) or "/"
+    return [f"{json_pointer(path) or '/'}: {message}" for path, message in sorted(problems, key=position)]
 
 
 def validate_hparams(

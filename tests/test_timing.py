@@ -1,4 +1,4 @@
-"""``knowgic bench``: the naive protocol it compares against, and a quick smoke run on knowgic-tiny."""
+"""``knowgic timing``: the naive protocol it compares against, and a quick smoke run on knowgic-tiny."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 from knowgic.cli import main
 from knowgic.editors.base import EditHandle
 from knowgic.editors.ice import InContextEditor
-from knowgic.evaluation.bench import naive_rows, naive_seconds
 from knowgic.evaluation.plan import EvalPlan, build_plan
+from knowgic.evaluation.timing import naive_rows, naive_seconds
 from knowgic.models.base import LoadedModel
 from knowgic.records import Case, EditRequest
 from knowgic.scoring.base import Query, Scores
@@ -78,8 +78,8 @@ def test_naive_protocol_is_apply_score_one_at_a_time_restore(random_gpt2) -> Non
     assert scorer.prefixes == {f"Imagine that {edit.request.rewrite_text} {edit.request.target_new}. "}
 
 
-def test_bench_smoke_run_on_knowgic_tiny(knowgic_tiny, capsys) -> None:
-    code = main(["bench", "--editor", "ice", "--limit", "1", "--naive-rows", "2", "--repeats", "1"])
+def test_timing_smoke_run_on_knowgic_tiny(knowgic_tiny, capsys) -> None:
+    code = main(["timing", "--editor", "ice", "--limit", "1", "--naive-rows", "2", "--repeats", "1"])
     assert code == 0
     lines = capsys.readouterr().out.strip().splitlines()
     report = json.loads(lines[-1])

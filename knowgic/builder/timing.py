@@ -1,4 +1,4 @@
-"""The builder's cost per seed fact, and what batched generation saves: ``python -m knowgic.builder.bench``.
+"""The builder's cost per seed fact, and what batched generation saves: ``python -m knowgic.builder.timing``.
 
     first N seed facts of a version --full build (fresh folder, every stage timed)--> seconds per seed fact
     the same chain-of-thought prompts --batch B vs one at a time--> batched_vs_single ratio (< 1: faster)
@@ -25,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from knowgic.dataset.io import read_json
 
     parser = argparse.ArgumentParser(
-        prog="python -m knowgic.builder.bench", description=__doc__.splitlines()[0]
+        prog="python -m knowgic.builder.timing", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--model", default="knowgic-tiny")
     parser.add_argument("--from", dest="source", default="1.1.0")

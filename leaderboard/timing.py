@@ -1,6 +1,6 @@
 """How the leaderboard scales: page load and filter time in a real browser, 10,000 results against 10.
 
-``python -m knowgic.leaderboard.bench`` fills two stores with copies of real ``evaluate`` runs (each copy renamed
+``python -m knowgic.leaderboard.timing`` fills two stores with copies of real ``evaluate`` runs (each copy renamed
 to a varied model and editor, re-hashed, so every file is a valid, hash-checked results document),
 verifies every copy once the way the app does (in parallel; the store remembers what it verified), serves
 both stores, and measures in one headless Chromium (Debian's ``/usr/bin/chromium``):
@@ -13,7 +13,7 @@ both stores, and measures in one headless Chromium (Debian's ``/usr/bin/chromium
 Each is the median of ``--repeats`` fresh page loads (a new browser context each, so no cached assets),
 printed in seconds and as the ratio large / small. The target is a ratio of at most 3.
 
-``python -m knowgic.leaderboard.bench --cold`` measures a cold start instead: a store of ``--count`` results that
+``python -m knowgic.leaderboard.timing --cold`` measures a cold start instead: a store of ``--count`` results that
 this reader never verified (an empty verification cache), from ``build_app`` until the first answer of the
 page and of the table API, then until background verification has shown every row; and, for reference, how
 long verifying the whole store takes before answering (what a reader without background verification waits).
@@ -68,12 +68,12 @@ def real_runs(workdir: Path, given: Sequence[Path]) -> list[dict[str, Any]]:
     return [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
 
 
-def bench_copy(base: dict[str, Any], index: int, count: int) -> dict[str, Any]:
+def timing_copy(base: dict[str, Any], index: int, count: int) -> dict[str, Any]:
     """Copy ``index`` of ``count``: a varied model (100 results each) and editor (20 variants), re-hashed."""
     models = max(1, count // RESULTS_PER_MODEL)
     document = copy.deepcopy(base)
     config = document["config"]
-    config["model"] = f"{config['model']}-bench{index % models:03d}"
+    config["model"] = f"{config['model']}-timing{index % models:03d}"
     config["editor"] = f"{config['editor']}-v{(index // models) % EDITOR_VARIANTS:02d}"
     created = _dt.datetime.fromisoformat(document["created_at"]) + _dt.timedelta(seconds=index)
     document["created_at"] = created.isoformat()
@@ -88,7 +88,7 @@ def fill_store(root: Path, bases: Sequence[dict[str, Any]], count: int) -> Resul
     store.entries_dir.mkdir(parents=True, exist_ok=True)
     added = _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
     for index in tqdm(range(count), desc=f"writing {count} results", unit="result", leave=False):
-        document = bench_copy(bases[index % len(bases)], index, count)
+        document = timing_copy(bases[index % len(bases)], index, count)
         sha = document["sha256"]
         store.results_path(sha).write_text(
             json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
@@ -102,7 +102,7 @@ def fill_store(root: Path, bases: Sequence[dict[str, Any]], count: int) -> Resul
             "manifest": None,
             "job": None,
             "added_at": added,
-            "label": "benchmark copy",
+            "label": "timing copy",
         }
         store.entry_path(local_entry_id(sha)).write_text(
             json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8"
@@ -190,7 +190,7 @@ def run(
             f"{size} results: store filled, verified and served in {time.perf_counter() - started:.1f} s",
             file=sys.stderr,
         )
-    editor = bench_copy(bases[0], 0, baseline)["config"]["editor"]
+    editor = timing_copy(bases[0], 0, baseline)["config"]["editor"]
     shown = {name: _default_model_runs(size) for name, size in sizes.items()}
     timings: dict[str, list[Timing]] = {name: [] for name in sizes}
     try:
@@ -270,7 +270,7 @@ def cold_start(count: int, workdir: Path, given: Sequence[Path]) -> dict[str, An
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m knowgic.leaderboard.bench",
+        prog="python -m knowgic.leaderboard.timing",
         description="Page load and filter time of the leaderboard in headless Chromium: a store of COUNT "
         "results against one of BASELINE results (copies of real runs, varied model and editor names).",
     )
@@ -316,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         if args.workdir is None:
-            with tempfile.TemporaryDirectory(prefix="knowgic-leaderboard-bench-") as tmp:
+            with tempfile.TemporaryDirectory(prefix="knowgic-leaderboard-timing-") as tmp:
                 summary = measure_in(Path(tmp))
         else:
             args.workdir.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Speed and memory benchmark (``knowgic bench``): prints one JSON line of figures measured in one process.
+"""Speed and memory timing (``knowgic timing``): prints one JSON line of figures measured in one process.
 
 - ``speedup_vs_naive`` = naive protocol time / full evaluation time, both with ``logprob``.
   The *full evaluation* is ``knowgic evaluate``: rows grouped by edit (each edit applied and restored
@@ -118,7 +118,7 @@ def bootstrap_time(document: dict[str, Any], repeats: int) -> float:
     return best
 
 
-def run_benchmark(
+def run_timing(
     model: str = "knowgic-tiny",
     editor: str = "rome",
     naive_rows_measured: int | None = None,
@@ -127,7 +127,7 @@ def run_benchmark(
     repeats: int = 3,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Run the benchmark, print its JSON line and return it as a dict."""
+    """Time the evaluation, print its JSON line and return it as a dict."""
     from knowgic.dataset.loading import load_cases
     from knowgic.editors.registry import resolve_editor
     from knowgic.models.loading import load_model
