@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowgic.runner.store import STORE_VERSION, ResultsStore, local_entry_id
+from knowgic.runner.store.store import STORE_VERSION, ResultsStore, local_entry_id
 from tqdm import tqdm
 
 from knowgic.errors import KnowgicError

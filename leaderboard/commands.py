@@ -71,7 +71,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from knowgic.runner.signing import add_trusted_keys_option
+    from knowgic.runner.store.signing import add_trusted_keys_option
 
     p = subparsers.add_parser(
         "leaderboard",

@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pandas as pd
-from knowgic.runner.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
+from knowgic.runner.store.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
 
 from knowgic.evaluation.results import content_sha256
 from knowgic.evaluation.spec import MetricSpec, load_evaluation_spec

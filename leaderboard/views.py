@@ -28,7 +28,7 @@ from knowgic.leaderboard.table import (
     metric_label,
     row_label,
 )
-from knowgic.runner.store import StoreFileError
+from knowgic.runner.store.store import StoreFileError
 
 from knowgic.errors import KnowgicError
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from knowgic.runner.deltas import (
+from knowgic.runner.stages.deltas import (
     DONE_MARKER,
     FAILED_MARKER,
     SEQUENTIAL_KEY,

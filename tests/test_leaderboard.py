@@ -18,8 +18,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from knowgic.runner.signing import load_signer
-from knowgic.runner.store import ResultsStore, local_entry_id
+from knowgic.runner.store.signing import load_signer
+from knowgic.runner.store.store import ResultsStore, local_entry_id
 
 from knowgic.cli import main
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate

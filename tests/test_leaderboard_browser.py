@@ -350,7 +350,7 @@ def test_queue_is_empty_then_shows_a_submission(site, page, artifacts) -> None:
     assert "1 job(s): 1 pending" in page.locator("#kg-queue-note").inner_text()
 
     # A worker takes the job and it fails: the queue view follows without a reload.
-    from knowgic.runner.queue import JobQueue
+    from knowgic.runner.queue.queue import JobQueue
 
     queue = JobQueue(board.store.queue_url())
     try:
@@ -422,7 +422,7 @@ def test_a_cold_store_shows_its_rows_as_they_are_verified(
 
     from knowgic.leaderboard.app import build_app, launch_app
     from knowgic.leaderboard.bench import fill_store
-    from knowgic.runner.store import ResultsStore
+    from knowgic.runner.store.store import ResultsStore
 
     from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 

@@ -14,8 +14,8 @@ import pytest
 from knowgic.leaderboard import views
 from knowgic.leaderboard.bench import fill_store
 from knowgic.leaderboard.table import ALL_MODELS
-from knowgic.runner.signing import generate_key, load_signer
-from knowgic.runner.store import ResultsStore, local_entry_id
+from knowgic.runner.store.signing import generate_key, load_signer
+from knowgic.runner.store.store import ResultsStore, local_entry_id
 
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from knowgic.evaluation.results import content_sha256

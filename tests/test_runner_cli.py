@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from knowgic.runner.queue import JobQueue, JobState
+from knowgic.runner.queue.queue import JobQueue, JobState
 
 from knowgic.cli import build_parser, main
 from tests.test_submission import EXAMPLE, MANIFEST, make_submission

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from knowgic.runner.queue import Job, JobQueue, JobState
-from knowgic.runner.store import ResultsStore
-from knowgic.runner.submission import submit
+from knowgic.runner.queue.queue import Job, JobQueue, JobState
+from knowgic.runner.store.store import ResultsStore
+from knowgic.runner.intake.submission import submit
 
 from tests.test_submission import MANIFEST, make_submission
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from knowgic.runner.job import DONE_MARKER, FAILED_MARKER, one_line, read_sidecar
+from knowgic.runner.stages.contract import DONE_MARKER, FAILED_MARKER, one_line, read_sidecar
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save_file
