@@ -5,10 +5,9 @@ how to cite the paper and the benchmark.
 
 from __future__ import annotations
 
-from knowgic.leaderboard.table import HEADLINE, METRIC_COLUMNS, PER_EDIT_METRICS, RANK_METRIC, metric_spec
-
 from knowgic import __version__
 from knowgic.dataset.versions import latest_version, version_dir
+from knowgic.leaderboard.table import HEADLINE, METRIC_COLUMNS, PER_EDIT_METRICS, RANK_METRIC, metric_spec
 from knowgic.uncertainty import (
     DEFAULT_LEVEL,
     FEW_EDITS,

@@ -34,6 +34,8 @@ from urllib.parse import quote
 
 import gradio as gr
 import pandas as pd
+
+from knowgic.errors import KnowgicError
 from knowgic.leaderboard import plots, views
 from knowgic.leaderboard.about import about_markdown
 from knowgic.leaderboard.table import (
@@ -52,8 +54,6 @@ from knowgic.leaderboard.table import (
 )
 from knowgic.runner.store.signing import TrustedKeys
 from knowgic.runner.store.store import ResultsStore, SkippedFile, StoreEntry, StoreFileError, StoreScan
-
-from knowgic.errors import KnowgicError
 
 DEFAULT_UPLOAD_LIMIT_BYTES = 50 * 1024 * 1024
 DEFAULT_REFRESH_SECONDS = 5.0

@@ -14,10 +14,9 @@ import argparse
 import os
 from pathlib import Path
 
-from knowgic.runner.options import add_queue_option, add_store_option, queue_url, store_root
-
 from knowgic.clip import clip
 from knowgic.errors import KnowgicError
+from knowgic.runner.options import add_queue_option, add_store_option, queue_url, store_root
 
 DEFAULT_REFRESH_SECONDS = (
     5.0  # knowgic.leaderboard.app's default; not imported from there, which loads gradio

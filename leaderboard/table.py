@@ -21,10 +21,10 @@ from typing import Any
 from urllib.parse import quote
 
 import pandas as pd
-from knowgic.runner.store.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
 
 from knowgic.evaluation.results import content_sha256
 from knowgic.evaluation.spec import MetricSpec, load_evaluation_spec
+from knowgic.runner.store.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
 from knowgic.uncertainty import FEW_EDITS_MARK
 from knowgic.yamlfile import read_yaml
 

@@ -18,6 +18,8 @@ from functools import lru_cache
 from typing import Any
 
 import pandas as pd
+
+from knowgic.errors import KnowgicError
 from knowgic.leaderboard.table import (
     ALL_METRICS,
     METRIC_COLUMNS,
@@ -29,8 +31,6 @@ from knowgic.leaderboard.table import (
     row_label,
 )
 from knowgic.runner.store.store import StoreFileError
-
-from knowgic.errors import KnowgicError
 
 PER_EDIT_COLUMNS = (
     "edit_id",

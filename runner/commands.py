@@ -32,6 +32,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from tqdm import tqdm
+
+from knowgic.argtypes import add_subcommands, positive_int, positive_seconds
+from knowgic.dataset.loading import dataset_ref, load_cases
+from knowgic.dataset.private import read_private_split
+from knowgic.errors import KnowgicError
+from knowgic.paths import cache_dir
 from knowgic.runner.host import images
 from knowgic.runner.host.images import LOCAL_BASE_IMAGE, BuiltImage, ImageBuildError, find_torch_wheel
 from knowgic.runner.intake.submission import submit
@@ -44,14 +52,6 @@ from knowgic.runner.queue.states import (
 )
 from knowgic.runner.store.signing import add_signing_key_option, load_signer
 from knowgic.runner.store.store import ResultsStore
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-from tqdm import tqdm
-
-from knowgic.argtypes import add_subcommands, positive_int, positive_seconds
-from knowgic.dataset.loading import dataset_ref, load_cases
-from knowgic.dataset.private import read_private_split
-from knowgic.errors import KnowgicError
-from knowgic.paths import cache_dir
 
 # Imported where a command runs, not here: SQLAlchemy (the queue, the worker) and docker (the containers)
 # are the runner extra, and `knowgic --help` builds this parser without it; torch, only to name the host's

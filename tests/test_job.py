@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from knowgic.runner.stages.contract import JOB_FOLDER_OWNER, EditRequests, JobSpec
-from knowgic.runner.queue.queue import JobQueue
-from knowgic.runner.store.store import ResultsStore
-from knowgic.runner.intake.submission import submit
-from knowgic.runner.host.worker import reap_dead
 
 from knowgic.errors import KnowgicError
+from knowgic.runner.host.worker import reap_dead
+from knowgic.runner.intake.submission import submit
+from knowgic.runner.queue.queue import JobQueue
+from knowgic.runner.stages.contract import JOB_FOLDER_OWNER, EditRequests, JobSpec
+from knowgic.runner.store.store import ResultsStore
 from tests.test_submission import MANIFEST, make_submission
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -62,10 +62,9 @@ def test_containers_and_worker_meet_only_in_the_job_contract() -> None:
 
 
 def test_edit_requests_carry_the_edits_and_nothing_of_the_chains() -> None:
-    from knowgic.runner.stages.prepare import edit_requests
-
     from knowgic.dataset.loading import load_cases
     from knowgic.dataset.versions import latest_version
+    from knowgic.runner.stages.prepare import edit_requests
 
     spec = JobSpec(model="knowgic-tiny", editor="none", mode="sequential", limit=5)
     requests = edit_requests(spec)

@@ -420,11 +420,10 @@ def test_a_cold_store_shows_its_rows_as_they_are_verified(
     hand-written "verified" entry reads as local with the reason."""
     import threading
 
+    from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
     from knowgic.leaderboard.app import build_app, launch_app
     from knowgic.leaderboard.bench import fill_store
     from knowgic.runner.store.store import ResultsStore
-
-    from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 
     run = evaluate(
         EvaluationRequest(model="knowgic-tiny", editor="none", limit=1, out_dir=tmp_path / "run"),

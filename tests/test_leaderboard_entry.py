@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from knowgic.runner.queue.queue import JobQueue, JobState
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

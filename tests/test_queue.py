@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from knowgic.runner.queue.queue import LOG_CAP_BYTES, JobLost, JobQueue, JobState, QueueError
+
 from knowgic.runner.intake.submission import Submission
+from knowgic.runner.queue.queue import LOG_CAP_BYTES, JobLost, JobQueue, JobState, QueueError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

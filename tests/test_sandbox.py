@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from knowgic.runner.host.sandbox import EndReason, Mount, SandboxLimits, SandboxResult, run_sandboxed
 
 SMALL = SandboxLimits(memory_bytes=256 << 20, cpus=1.0, pids=64, timeout_seconds=30, log_bytes=64 * 1024)
@@ -280,9 +281,8 @@ def test_limits_refuse_nonsense() -> None:
 
 
 def test_limits_come_from_the_environment() -> None:
-    from knowgic.runner.host.containers import default_limits
-
     from knowgic.errors import KnowgicError
+    from knowgic.runner.host.containers import default_limits
 
     limits = default_limits(
         {"KNOWGIC_SANDBOX_MEMORY": "3G", "KNOWGIC_SANDBOX_PIDS": "64", "KNOWGIC_SANDBOX_TIMEOUT": "90"}
@@ -294,9 +294,8 @@ def test_limits_come_from_the_environment() -> None:
 
 
 def test_gpus_choice() -> None:
-    from knowgic.runner.host.sandbox import resolve_gpus
-
     from knowgic.errors import KnowgicError
+    from knowgic.runner.host.sandbox import resolve_gpus
 
     assert resolve_gpus("none") is False
     assert resolve_gpus("all") is True
@@ -354,6 +353,7 @@ def test_edit_images_are_tagged_by_submission_and_runner_image() -> None:
 
 def test_the_build_context_leaves_data_out() -> None:
     import docker.utils.build
+
     from knowgic.runner.host.images import _read_dockerignore, repository_root
 
     root = repository_root()

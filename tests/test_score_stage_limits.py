@@ -19,6 +19,10 @@ import threading
 from pathlib import Path
 
 import pytest
+
+from knowgic.errors import KnowgicError
+from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
+from knowgic.runner.stages.contract import JobSpec
 from knowgic.runner.stages.deltas import (
     DeltaEdit,
     DeltaError,
@@ -27,13 +31,9 @@ from knowgic.runner.stages.deltas import (
     independent_key,
     model_spec,
 )
-from knowgic.runner.stages.contract import JobSpec
 from knowgic.runner.stages.edit import run_edit_stage
 from knowgic.runner.stages.prepare import edit_requests
 from knowgic.runner.stages.score import run_score_stage
-
-from knowgic.errors import KnowgicError
-from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 
 PREFIX_EDITOR = '''
 from knowgic.editors.base import EditHandle, Editor

@@ -21,18 +21,18 @@ from typing import Any
 
 import pytest
 import torch
-from knowgic.runner.stages.deltas import FAILED_MARKER, DeltaError
-from knowgic.runner.stages.contract import EditRequests, JobSpec
-from knowgic.runner.stages.cli import main
-from knowgic.runner.stages.edit import run_edit_stage
-from knowgic.runner.stages.prepare import edit_requests, run_prepare_stage
-from knowgic.runner.stages.score import run_score_stage
 from safetensors.torch import load_file, save_file
 
 from knowgic.editors.hparams import hparams_sha256, load_hparams
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from knowgic.evaluation.results import load_results
+from knowgic.runner.stages.cli import main
+from knowgic.runner.stages.contract import EditRequests, JobSpec
+from knowgic.runner.stages.deltas import FAILED_MARKER, DeltaError
+from knowgic.runner.stages.edit import run_edit_stage
+from knowgic.runner.stages.prepare import edit_requests, run_prepare_stage
+from knowgic.runner.stages.score import run_score_stage
 
 LIMIT = 2
 TOLERANCE = 1e-9
@@ -230,13 +230,13 @@ def test_lora_split_scores_the_merged_adapters_within_rounding(knowgic_tiny, tmp
 def test_folding_adapters_merges_w_plus_sba_and_undoes_bitwise(knowgic_tiny) -> None:
     """Inside the block: the pristine structure with W + Σ s B A (peft's delta) in place of W; after it: the
     same peft layers, the same base weights bit for bit, the same logits bit for bit."""
-    from knowgic.runner.stages.deltas import folded_adapters
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
     from knowgic.editors.lora import LoRAEditor
     from knowgic.evaluation.fingerprint import assert_restored, fingerprint
     from knowgic.evaluation.plan import build_plan
+    from knowgic.runner.stages.deltas import folded_adapters
 
     model, tokenizer = knowgic_tiny.model, knowgic_tiny.tokenizer
     pristine = fingerprint(model)

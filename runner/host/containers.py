@@ -42,6 +42,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from knowgic.argtypes import parse_size
+from knowgic.dataset.private import read_private_split
+from knowgic.errors import KnowgicError
+from knowgic.paths import PROVIDED_STATS_VARIABLE, cache_dir
 from knowgic.runner.host.images import (
     SUBMISSION_DIR,
     BuiltImage,
@@ -52,15 +56,6 @@ from knowgic.runner.host.images import (
     image_exists,
     image_id,
     remove_stale_edit_images,
-)
-from knowgic.runner.stages.contract import (
-    DONE_MARKER,
-    FAILED_MARKER,
-    JOB_FILE,
-    REQUESTS_FILE,
-    JobFailure,
-    JobSpec,
-    one_line,
 )
 from knowgic.runner.host.sandbox import (
     SCRATCH_DIR,
@@ -74,11 +69,15 @@ from knowgic.runner.host.sandbox import (
 )
 from knowgic.runner.intake.archive import SubmissionError
 from knowgic.runner.intake.submission import Submission, unpack_stored_archive
-
-from knowgic.argtypes import parse_size
-from knowgic.dataset.private import read_private_split
-from knowgic.errors import KnowgicError
-from knowgic.paths import PROVIDED_STATS_VARIABLE, cache_dir
+from knowgic.runner.stages.contract import (
+    DONE_MARKER,
+    FAILED_MARKER,
+    JOB_FILE,
+    REQUESTS_FILE,
+    JobFailure,
+    JobSpec,
+    one_line,
+)
 
 if TYPE_CHECKING:
     from knowgic.runner.queue.queue import Job

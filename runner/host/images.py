@@ -41,9 +41,8 @@ from knowgic.errors import KnowgicError
 from knowgic.runner.host.sandbox import Mount, SandboxLimits, run_sandboxed
 
 if TYPE_CHECKING:
-    from knowgic.runner.intake.submission import Submission
-
     import docker
+    from knowgic.runner.intake.submission import Submission
 
 DEFAULT_BASE_IMAGE = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
 LOCAL_BASE_IMAGE = "knowgic-base:bookworm"

@@ -50,14 +50,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from knowgic.runner.stages.contract import JOB_FOLDER_OWNER, JOB_FOLDER_PREFIX, JobExecutor, JobFailure
-from knowgic.runner.queue.queue import Job, JobLost, JobQueue
-from knowgic.runner.store.signing import Signer, load_signer
-from knowgic.runner.queue.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS
-from knowgic.runner.store.store import ResultsStore, StoreFileError, verify_results
-
 from knowgic.errors import KnowgicError
 from knowgic.runner.host.sandbox import host_has_gpu
+from knowgic.runner.queue.queue import Job, JobLost, JobQueue
+from knowgic.runner.queue.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS
+from knowgic.runner.stages.contract import JOB_FOLDER_OWNER, JOB_FOLDER_PREFIX, JobExecutor, JobFailure
+from knowgic.runner.store.signing import Signer, load_signer
+from knowgic.runner.store.store import ResultsStore, StoreFileError, verify_results
 
 
 class WorkerStopped(BaseException):

@@ -36,11 +36,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
-from knowgic.runner.options import queue_url
-from knowgic.runner.queue.states import TERMINAL_STATES, JobState
 from sqlalchemy.engine import Connection, Engine
 
 from knowgic.errors import KnowgicError
+from knowgic.runner.options import queue_url
+from knowgic.runner.queue.states import TERMINAL_STATES, JobState
 
 if TYPE_CHECKING:
     from knowgic.runner.store.store import ResultsStore

@@ -33,6 +33,7 @@ from knowgic.evaluation.plots import write_plots
 from knowgic.evaluation.results import check_no_run, check_writable, finalize, write_run_outputs
 from knowgic.models.loading import load_model
 from knowgic.records import EditRequest
+from knowgic.runner.stages.contract import JobSpec
 from knowgic.runner.stages.deltas import (
     SEQUENTIAL_KEY,
     Delta,
@@ -42,7 +43,6 @@ from knowgic.runner.stages.deltas import (
     independent_key,
     model_spec,
 )
-from knowgic.runner.stages.contract import JobSpec
 from knowgic.runner.stages.resolve import REPLAY_EDITOR, evaluation_request, resolved
 from knowgic.scoring.logprob import check_prefix_fits
 

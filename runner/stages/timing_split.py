@@ -29,14 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowgic.runner.stages.deltas import folder_bytes
-from knowgic.runner.stages.contract import REQUESTS_FILE, JobSpec
-
 from knowgic.argtypes import parse_size
 from knowgic.editors.hparams import load_hparams
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.results import load_results
 from knowgic.models.loading import load_model
+from knowgic.runner.stages.contract import REQUESTS_FILE, JobSpec
+from knowgic.runner.stages.deltas import folder_bytes
 
 
 @dataclass

@@ -13,6 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
+from knowgic.argtypes import add_subcommands
+from knowgic.errors import KnowgicError
 from knowgic.runner.options import add_store_option, store_root
 from knowgic.runner.store.signing import (
     TrustedKeys,
@@ -23,9 +25,6 @@ from knowgic.runner.store.signing import (
     parse_public_line,
 )
 from knowgic.runner.store.store import ResultsStore, local_entry_id
-
-from knowgic.argtypes import add_subcommands
-from knowgic.errors import KnowgicError
 
 
 def _add(args: argparse.Namespace) -> int:

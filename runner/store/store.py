@@ -47,8 +47,12 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+
+from knowgic.dataset.schemas import load_schema
+from knowgic.errors import KnowgicError
+from knowgic.evaluation.results import content_sha256, results_schema
+from knowgic.paths import cache_dir
 from knowgic.runner.options import sqlite_queue_url, store_root
-from knowgic.runner.store.signing import Signer, TrustedKeys
 from knowgic.runner.store.checks import (
     LIMITS,
     CheckFailed,
@@ -57,11 +61,7 @@ from knowgic.runner.store.checks import (
     parse_json,
     read_capped,
 )
-
-from knowgic.errors import KnowgicError
-from knowgic.dataset.schemas import load_schema
-from knowgic.evaluation.results import content_sha256, results_schema
-from knowgic.paths import cache_dir
+from knowgic.runner.store.signing import Signer, TrustedKeys
 
 STORE_VERSION = 1
 SOURCES = ("verified", "local")
