@@ -1,13 +1,13 @@
 # The KnowGIC runner image: the package with its runner extras, `knowgic` as entry point, run as a
 # non-root user. The runner's trusted score stage runs in this image; a submission's edit stage runs in an
-# image built FROM it with the submission's files added (runner/images.py).
+# image built FROM it with the submission's files added (runner/host/images.py).
 #
 #   docker build -t knowgic-runner:0.1.0 --build-arg GIT_COMMIT=$(git rev-parse HEAD) .
 #   mkdir -p results cache && docker run --rm --user "$(id -u):$(id -g)" -v "$PWD/results:/results" -v "$PWD/cache:/cache" knowgic-runner:0.1.0
 #
 # The base image is a build argument: a CUDA PyTorch runtime image for GPU hosts (the default), or any
 # Debian-like image with python3 (3.11+) and pip, in which case a torch wheel must be put into
-# docker/extra/wheels/ (knowgic.runner.images.build_runner_image does so for CPU test images).
+# docker/extra/wheels/ (knowgic.runner.host.images.build_runner_image does so for CPU test images).
 # Only classic-builder instructions are used, so the engine's builder and the docker SDK both build it;
 # the layers are ordered so that a change to the sources rebuilds only the last install.
 ARG BASE_IMAGE=pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime

@@ -25,7 +25,7 @@ COMMAND_MODULES = (
     "knowgic.editors.commands",  # editors list
     "knowgic.evaluation.commands",  # evaluate, timing
     "knowgic.builder.commands",  # build, review
-    "knowgic.runner.store_commands",  # store add, store list
+    "knowgic.runner.store.commands",  # store add, store list
     "knowgic.runner.commands",  # runner submit, worker, status, logs, requeue, cancel
     "knowgic.leaderboard.commands",  # leaderboard
 )

@@ -18,7 +18,14 @@ from knowgic.errors import KnowgicError
 
 
 class YamlError(KnowgicError):
-    """A YAML text that cannot be parsed; the message is one line naming where and why."""
+    """A YAML text that cannot be parsed; the message is one line naming where and why.
+
+    ``problem``: for a syntax error, the same line without ``where`` (``line L, column C: <problem> ...``),
+    for callers that word their own message around it; None otherwise."""
+
+    def __init__(self, message: str, problem: str | None = None) -> None:
+        super().__init__(message)
+        self.problem = problem
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -84,7 +91,8 @@ def parse_yaml(text: str, where: str, line_offset: int = 0) -> Any:
     try:
         return yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:
-        raise YamlError(f"{where} is not valid YAML: {describe_yaml_error(exc, line_offset, text)}") from None
+        problem = describe_yaml_error(exc, line_offset, text)
+        raise YamlError(f"{where} is not valid YAML: {problem}", problem) from None
     except RecursionError:
         raise YamlError(f"{where} is nested too deeply to read") from None
     except (ValueError, TypeError, OverflowError) as exc:  # constructors: dates, timestamps, big numbers

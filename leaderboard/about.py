@@ -5,12 +5,11 @@ how to cite the paper and the benchmark.
 
 from __future__ import annotations
 
-from knowgic.leaderboard.table import HEADLINE, METRIC_COLUMNS, PER_EDIT_METRICS, RANK_METRIC, metric_spec
-
 from knowgic import __version__
 from knowgic.dataset.versions import latest_version, version_dir
 from knowgic.formatting import FEW_EDITS_MARK, direction_text
 from knowgic.intervals import DEFAULT_LEVEL, FEW_EDITS, METHOD_BY_KIND, METHODS
+from knowgic.leaderboard.table import HEADLINE, METRIC_COLUMNS, PER_EDIT_METRICS, RANK_METRIC, metric_spec
 from knowgic.paired import PAIRED_TEST_BY_KIND
 
 BENCHMARK_BIBTEX = """@software{{knowgic_benchmark,

@@ -6,8 +6,8 @@ is ``knowgic leaderboard`` (leaderboard/commands.py): it serves ``$KNOWGIC_STORE
 ``KNOWGIC_STORE_REPO`` names a hub dataset repository, a snapshot of that repository fetched with
 ``huggingface_hub``; ``KNOWGIC_QUEUE_URL`` names the queue database (default: the store's SQLite file).
 
-Everything shown comes from :meth:`knowgic.runner.store.ResultsStore.scan`, so only results that pass every check
-of :mod:`knowgic.runner.store_checks` appear, and a run is *verified* only with a worker's signature by a trusted
+Everything shown comes from :meth:`knowgic.runner.store.store.ResultsStore.scan`, so only results that pass every check
+of :mod:`knowgic.runner.store.checks` appear, and a run is *verified* only with a worker's signature by a trusted
 key (``trusted_keys``); the files it skips are listed with their reasons. A timer re-scans the store and the
 queue, so new results and job state changes appear without a restart.
 
@@ -34,6 +34,10 @@ from urllib.parse import quote
 
 import gradio as gr
 import pandas as pd
+
+from knowgic.errors import KnowgicError
+from knowgic.formatting import FEW_EDITS_MARK
+from knowgic.intervals import FEW_EDITS
 from knowgic.leaderboard import plots, views
 from knowgic.leaderboard.about import about_markdown
 from knowgic.leaderboard.table import (
@@ -50,12 +54,8 @@ from knowgic.leaderboard.table import (
     row_label,
     skipped_frame,
 )
-from knowgic.runner.signing import TrustedKeys
-from knowgic.runner.store import ResultsStore, SkippedFile, StoreEntry, StoreFileError, StoreScan
-
-from knowgic.errors import KnowgicError
-from knowgic.formatting import FEW_EDITS_MARK
-from knowgic.intervals import FEW_EDITS
+from knowgic.runner.store.signing import TrustedKeys
+from knowgic.runner.store.store import ResultsStore, SkippedFile, StoreEntry, StoreFileError, StoreScan
 
 DEFAULT_UPLOAD_LIMIT_BYTES = 50 * 1024 * 1024
 DEFAULT_REFRESH_SECONDS = 5.0
@@ -233,7 +233,7 @@ class LeaderboardState:
         return Board(scan, include_reported=self.include_reported, rank_cache=self.rank_cache)
 
     def queue(self) -> Any:
-        from knowgic.runner.queue import JobQueue
+        from knowgic.runner.queue.queue import JobQueue
 
         if self._queue is None:
             self._queue = JobQueue(self.queue_url)
@@ -255,7 +255,7 @@ def jobs_frame(jobs: Sequence[Any]) -> pd.DataFrame:
                 "Protocol": job.protocol,
                 "Mode": job.mode,
                 "State": str(job.state).lower(),
-                # Counts runs lost to dead workers or host faults, not the first run (see knowgic.runner.queue).
+                # Counts runs lost to dead workers or host faults, not the first run (see knowgic.runner.queue.queue).
                 "Lost runs": f"{job.attempts}/{job.max_attempts}",
                 "Time in each state": times or "–",
                 "Reason": job.reason or "",
@@ -777,7 +777,7 @@ class QueueTab:
         return f"{len(frame)} job(s): " + ", ".join(f"{n} {state}" for state, n in counts.items()), frame
 
     def do_submit(self, upload: str | None) -> str:
-        from knowgic.runner.submission import submit
+        from knowgic.runner.intake.submission import submit
 
         if not upload:
             return "Choose a submission archive (.tar.gz or .zip) first."
@@ -823,7 +823,7 @@ def build_app(
     """The leaderboard over the store at ``store_path`` (its queue: ``queue_url``, default the store's).
 
     ``verified_cache``: where the store remembers the files it verified (default: the user cache).
-    ``trusted_keys``: the workers' public keys (default: :func:`knowgic.runner.signing.default_trusted_keys_path`);
+    ``trusted_keys``: the workers' public keys (default: :func:`knowgic.runner.store.signing.default_trusted_keys_path`);
     a run signed by none of them is shown as local."""
     store = ResultsStore(
         store_path, verified_cache=verified_cache, trusted_keys=TrustedKeys.load(trusted_keys)

@@ -14,10 +14,9 @@ import argparse
 import os
 from pathlib import Path
 
-from knowgic.runner.options import add_queue_option, add_store_option, queue_url, store_root
-
 from knowgic.clip import clip
 from knowgic.errors import KnowgicError
+from knowgic.runner.options import add_queue_option, add_store_option, queue_url, store_root
 
 DEFAULT_REFRESH_SECONDS = (
     5.0  # knowgic.leaderboard.app's default; not imported from there, which loads gradio
@@ -71,7 +70,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from knowgic.runner.signing import add_trusted_keys_option
+    from knowgic.runner.store.signing import add_trusted_keys_option
 
     p = subparsers.add_parser(
         "leaderboard",

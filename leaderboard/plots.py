@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
+
 from knowgic.leaderboard.table import CHAIN_LENGTHS, METRIC_COLUMNS, PER_EDIT_METRICS, method_links
 
 _SYMBOLS = {"verified": "circle", "local": "diamond", "reported": "square"}

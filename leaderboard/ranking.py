@@ -20,9 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from knowgic.leaderboard.table import RANK_METRIC
-
 from knowgic.errors import KnowgicError
+from knowgic.leaderboard.table import RANK_METRIC
 from knowgic.measure.compare import comparability_problem, paired_resamples, ranks_by_significance
 
 

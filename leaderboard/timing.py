@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowgic.runner.store import STORE_VERSION, ResultsStore, local_entry_id
 from tqdm import tqdm
 
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.results import content_sha256
+from knowgic.runner.store.store import STORE_VERSION, ResultsStore, local_entry_id
 
 CHROMIUM = "/usr/bin/chromium"
 EDITOR_VARIANTS = 20
@@ -171,8 +171,9 @@ def measure(browser: Any, url: str, editor: str, expected_total: int) -> Timing:
 def run(
     count: int, baseline: int, repeats: int, workdir: Path, given: Sequence[Path], workers: int
 ) -> dict[str, Any]:
-    from knowgic.leaderboard.app import build_app, launch_app
     from playwright.sync_api import sync_playwright
+
+    from knowgic.leaderboard.app import build_app, launch_app
 
     if not Path(CHROMIUM).exists():
         raise KnowgicError(f"{CHROMIUM} is missing: install Debian's chromium (.ci/system-packages.sh)")
@@ -228,6 +229,7 @@ def cold_start(count: int, workdir: Path, given: Sequence[Path]) -> dict[str, An
     import urllib.request
 
     from gradio_client import Client
+
     from knowgic.leaderboard.app import build_app, launch_app
 
     store = fill_store(workdir / f"store-cold-{count}", real_runs(workdir / "runs", given), count)

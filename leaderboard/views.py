@@ -18,17 +18,6 @@ from functools import lru_cache
 from typing import Any
 
 import pandas as pd
-from knowgic.leaderboard.table import (
-    ALL_METRICS,
-    METRIC_COLUMNS,
-    PER_EDIT_METRICS,
-    Row,
-    links_html,
-    metric_direction,
-    metric_label,
-    row_label,
-)
-from knowgic.runner.store import StoreFileError
 
 from knowgic.errors import KnowgicError
 from knowgic.formatting import (
@@ -40,6 +29,17 @@ from knowgic.formatting import (
     verdict_meaning,
     verdict_words,
 )
+from knowgic.leaderboard.table import (
+    ALL_METRICS,
+    METRIC_COLUMNS,
+    PER_EDIT_METRICS,
+    Row,
+    links_html,
+    metric_direction,
+    metric_label,
+    row_label,
+)
+from knowgic.runner.store.store import StoreFileError
 
 PER_EDIT_COLUMNS = (
     "edit_id",

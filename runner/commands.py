@@ -13,7 +13,7 @@ Every queue command takes ``--store PATH`` (default ``$KNOWGIC_STORE``, else ``.
 URL`` (default ``$KNOWGIC_QUEUE_URL``, else the SQLite file beside the store; a
 ``postgresql+psycopg://`` URL shares one queue between many hosts); both are defined in runner/options.py.
 
-``build-image`` is a thin layer over runner/images.py::
+``build-image`` is a thin layer over runner/host/images.py::
 
     --local-base:  find_torch_wheel (host's torch) --> build_local_base (debootstrap) --+
                                                                                      +--> build_runner_image
@@ -32,22 +32,33 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from tqdm import tqdm
+
+from knowgic.argtypes import add_subcommands, positive_int, positive_seconds
+from knowgic.dataset.loading import dataset_ref, load_cases
+from knowgic.dataset.private import read_private_split
+from knowgic.errors import KnowgicError
+from knowgic.paths import cache_dir
+from knowgic.runner.host import images
+from knowgic.runner.host.images import LOCAL_BASE_IMAGE, BuiltImage, ImageBuildError, find_torch_wheel
+from knowgic.runner.intake.submission import submit
 from knowgic.runner.options import add_queue_option, add_store_option, queue_url, store_root
-from knowgic.runner.states import (
+from knowgic.runner.queue.states import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_HEARTBEAT_SECONDS,
     DEFAULT_POLL_SECONDS,
     JobState,
 )
+from knowgic.runner.store.signing import add_signing_key_option, load_signer
+from knowgic.runner.store.store import ResultsStore
 
-from knowgic.argtypes import add_subcommands, positive_int, positive_seconds
-from knowgic.errors import KnowgicError
-
+# Imported where a command runs, not here: SQLAlchemy (the queue, the worker) and docker (the containers)
+# are the runner extra, and `knowgic --help` builds this parser without it; torch, only to name the host's
+# release, is never imported by the worker host.
 if TYPE_CHECKING:
-    from knowgic.runner.images import BuiltImage
-    from knowgic.runner.job import JobExecutor
-    from knowgic.runner.queue import Job, JobQueue
-    from knowgic.runner.store import ResultsStore
+    from knowgic.runner.queue.queue import Job, JobQueue
+    from knowgic.runner.stages.contract import JobExecutor
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +67,6 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _store(args: argparse.Namespace) -> ResultsStore:
-    from knowgic.runner.store import ResultsStore
 
     return ResultsStore(store_root(args.store))
 
@@ -68,7 +78,7 @@ def _queue_url(args: argparse.Namespace, store: ResultsStore) -> str:
 def _open_queue(args: argparse.Namespace, store: ResultsStore, *, create: bool) -> JobQueue:
     """The queue; for commands that only read or change existing jobs, a missing SQLite file is an error
     (rather than an empty queue created by a typo in --store)."""
-    from knowgic.runner.queue import JobQueue
+    from knowgic.runner.queue.queue import JobQueue
 
     url = _queue_url(args, store)
     if not create and url.startswith("sqlite:///"):
@@ -93,8 +103,6 @@ def _job_line(job: Job, *, times: bool = False) -> str:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from knowgic.runner.submission import submit
-
     store = _store(args)
     queue = _open_queue(args, store, create=True)
     submission, jobs = submit(args.path, store, queue, limit=args.limit)
@@ -112,7 +120,7 @@ def default_executor(gpus: str, queue_id: str = "", private_dataset: Path | None
     containers carry ``queue_id``, so that workers of other queues on this engine leave them alone;
     ``private_dataset``: a private split folder for the score stage alone."""
     try:
-        from knowgic.runner.containers import ContainerExecutor
+        from knowgic.runner.host.containers import ContainerExecutor
     except ImportError as exc:
         raise KnowgicError(
             f"the container executor is not available ({exc}); install knowgic[runner]"
@@ -121,8 +129,7 @@ def default_executor(gpus: str, queue_id: str = "", private_dataset: Path | None
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from knowgic.runner import worker as worker_module
-    from knowgic.runner.signing import load_signer
+    from knowgic.runner.host import worker as worker_module
 
     signer = load_signer(args.signing_key)  # before anything else: a worker without a key stores nothing
     store = _store(args)
@@ -137,9 +144,6 @@ def _worker(args: argparse.Namespace) -> int:
     # never in this process.
     private = None
     if args.private_dataset is not None:  # the operator's mistake fails here, not in every job
-        from knowgic.dataset.loading import dataset_ref, load_cases
-        from knowgic.dataset.private import read_private_split
-
         private = read_private_split(args.private_dataset)
         public = dataset_ref(None)
         private.check_edits(load_cases(public.version), public.version)
@@ -220,8 +224,6 @@ def _cancel(args: argparse.Namespace) -> int:
 
 def _say(line: str) -> None:
     """A progress line on stderr that leaves the images' progress bars in place."""
-    from tqdm import tqdm
-
     tqdm.write(line, file=sys.stderr)
 
 
@@ -241,9 +243,6 @@ def _wheel_hint(version: str) -> str:
 
 def _named_torch_wheel(given: Path, *, local_base: bool) -> Path:
     """``--torch-wheel``: a torch wheel file, or a folder holding exactly one (``pip download -d DIR``)."""
-    from knowgic.runner.images import LOCAL_BASE_IMAGE
-    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
-
     if given.is_dir():
         found = sorted(given.glob("torch-*.whl"))
         if len(found) != 1:
@@ -272,10 +271,6 @@ def _named_torch_wheel(given: Path, *, local_base: bool) -> Path:
 
 def _host_torch_wheel() -> Path:
     """The host's torch release as a wheel: ``$KNOWGIC_TORCH_WHEEL``, one cached, or ``pip download``."""
-    from knowgic.runner.images import ImageBuildError, find_torch_wheel
-
-    from knowgic.paths import cache_dir
-
     version, cache = _torch_release(), cache_dir() / "wheels"
     _say(f"torch wheel: torch {version} from $KNOWGIC_TORCH_WHEEL, {cache}, else `pip download` (~200 MB)")
     try:
@@ -300,8 +295,6 @@ def build_image(
     release as a wheel (``torch_wheel``, else :func:`_host_torch_wheel`); otherwise FROM ``base_image``
     (default: a CUDA PyTorch image that brings torch), with ``torch_wheel`` only when that base has none.
     """
-    from knowgic.runner import images
-
     if local_base:
         wheel = torch_wheel or _host_torch_wheel()
         existed = images.image_exists(client, images.LOCAL_BASE_IMAGE) and not rebuild_base
@@ -318,8 +311,6 @@ def build_image(
 
 
 def _build_image(args: argparse.Namespace) -> int:
-    from knowgic.runner import images
-
     if args.rebuild_base and not args.local_base:
         raise KnowgicError("--rebuild-base goes with --local-base")
     wheel = _named_torch_wheel(args.torch_wheel, local_base=args.local_base) if args.torch_wheel else None
@@ -350,8 +341,6 @@ def _build_image(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from knowgic.runner.signing import add_signing_key_option
-
     p = subparsers.add_parser(
         "runner",
         help="submit a method and run it sandboxed; workers, queue status, logs",

@@ -131,7 +131,7 @@ def worker_signing_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pat
     that workers (in this process and in subprocesses) sign what they store and readers believe it.
 
     Nothing is read from or written to the user's own ~/.config."""
-    from knowgic.runner.signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV, generate_key
+    from knowgic.runner.store.signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV, generate_key
 
     folder = tmp_path_factory.mktemp("keys")
     key = folder / "worker-key"

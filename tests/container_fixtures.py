@@ -28,7 +28,7 @@ BUILD_TIMEOUT_SECONDS = 3600  # a first build on a loaded 2-core machine: deboot
 
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[Any]:
-    from knowgic.runner.images import DockerUnavailable, ensure_docker
+    from knowgic.runner.host.images import DockerUnavailable, ensure_docker
 
     try:
         client = ensure_docker()
@@ -40,7 +40,7 @@ def docker_client() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def base_image(docker_client: Any) -> str:
-    from knowgic.runner.images import build_local_base
+    from knowgic.runner.host.images import build_local_base
 
     return build_local_base(docker_client)
 

@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 import yaml
-from knowgic.runner.queue import JobQueue, JobState
-from knowgic.runner.store import ResultsStore
 
+from knowgic.runner.queue.queue import JobQueue, JobState
+from knowgic.runner.store.store import ResultsStore
 from tests.container_fixtures import CLI
 
 pytestmark = pytest.mark.container

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 import yaml
-from knowgic.runner.queue import JobQueue, JobState
-from knowgic.runner.store import ResultsStore
 
 from knowgic.recompute import check_results
+from knowgic.runner.queue.queue import JobQueue, JobState
+from knowgic.runner.store.store import ResultsStore
 
 pytestmark = pytest.mark.container
 
@@ -130,11 +130,10 @@ def test_the_worker_names_its_private_split(private_run: dict[str, Any]) -> None
 
 
 def test_an_honest_run_carries_public_and_private_figures(private_run: dict[str, Any], knowgic_tiny) -> None:
-    from knowgic.leaderboard.table import Board, private_ifr_html
-
     from knowgic.dataset.private import read_private_split
     from knowgic.editors.hparams import read_hparams_file
     from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
+    from knowgic.leaderboard.table import Board, private_ifr_html
 
     entry = _entry(private_run, "honest")
     document = entry.document

@@ -16,7 +16,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from knowgic.runner.deltas import (
+from safetensors.torch import save_file
+
+from knowgic.errors import KnowgicError
+from knowgic.evaluation.fingerprint import fingerprint
+from knowgic.runner.stages.deltas import (
     DONE_MARKER,
     FAILED_MARKER,
     SEQUENTIAL_KEY,
@@ -30,10 +34,6 @@ from knowgic.runner.deltas import (
     independent_key,
     model_spec,
 )
-from safetensors.torch import save_file
-
-from knowgic.errors import KnowgicError
-from knowgic.evaluation.fingerprint import fingerprint
 
 EDIT_ID = "0123456789ab"
 OTHER_ID = "ba9876543210"

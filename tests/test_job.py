@@ -1,4 +1,4 @@
-"""The job contract (runner/job.py) and what the worker host does without torch or a container engine:
+"""The job contract (runner/stages/contract.py) and what the worker host does without torch or a container engine:
 the edit requests tell an editor nothing of the test set, the worker's modules import no torch and not each
 other, and a starting worker reaps the job folders of dead workers only."""
 
@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from knowgic.runner.job import JOB_FOLDER_OWNER, EditRequests, JobSpec
-from knowgic.runner.queue import JobQueue
-from knowgic.runner.store import ResultsStore
-from knowgic.runner.submission import submit
-from knowgic.runner.worker import reap_dead
 
 from knowgic.errors import KnowgicError
+from knowgic.runner.host.worker import reap_dead
+from knowgic.runner.intake.submission import submit
+from knowgic.runner.queue.queue import JobQueue
+from knowgic.runner.stages.contract import JOB_FOLDER_OWNER, EditRequests, JobSpec
+from knowgic.runner.store.store import ResultsStore
 from tests.test_submission import MANIFEST, make_submission
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ def test_the_worker_host_imports_no_torch() -> None:
         "import sys\n"
         "from knowgic.cli import build_parser\n"
         "args = build_parser().parse_args(['runner', 'worker', '--store', 'nowhere', '--once'])\n"
-        "import knowgic.runner.worker, knowgic.runner.containers, knowgic.runner.commands, knowgic.runner.images, knowgic.runner.job, knowgic.runner.wheels\n"
+        "import knowgic.runner.host.worker, knowgic.runner.host.containers, knowgic.runner.commands, knowgic.runner.host.images, knowgic.runner.stages.contract, knowgic.runner.intake.wheels\n"
         "assert args.func.__module__ == 'knowgic.runner.commands'\n"
         "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
     )
@@ -52,19 +52,19 @@ def _imports(path: Path) -> set[str]:
 
 def test_containers_and_worker_meet_only_in_the_job_contract() -> None:
     containers, worker = (
-        _imports(REPO_ROOT / "runner" / "containers.py"),
-        _imports(REPO_ROOT / "runner" / "worker.py"),
+        _imports(REPO_ROOT / "runner" / "host" / "containers.py"),
+        _imports(REPO_ROOT / "runner" / "host" / "worker.py"),
     )
-    assert "knowgic.runner.worker" not in containers and "knowgic.runner.containers" not in worker
-    assert "knowgic.runner.job" in containers and "knowgic.runner.job" in worker
-    assert not {"knowgic.runner.stages", "knowgic.runner.deltas", "torch"} & (containers | worker)
+    assert "knowgic.runner.host.worker" not in containers and "knowgic.runner.host.containers" not in worker
+    assert "knowgic.runner.stages.contract" in containers and "knowgic.runner.stages.contract" in worker
+    stage_code = {f"knowgic.runner.stages.{name}" for name in ("prepare", "edit", "score", "cli", "deltas")}
+    assert not (stage_code | {"knowgic.runner.stages", "torch"}) & (containers | worker)
 
 
 def test_edit_requests_carry_the_edits_and_nothing_of_the_chains() -> None:
-    from knowgic.runner.stages import edit_requests
-
     from knowgic.dataset.loading import load_cases
     from knowgic.dataset.versions import latest_version
+    from knowgic.runner.stages.prepare import edit_requests
 
     spec = JobSpec(model="knowgic-tiny", editor="none", mode="sequential", limit=5)
     requests = edit_requests(spec)
@@ -89,7 +89,7 @@ def test_edit_requests_carry_the_edits_and_nothing_of_the_chains() -> None:
     ],
 )
 def test_a_malformed_requests_file_is_one_line(change: Any, message: str) -> None:
-    from knowgic.runner.stages import edit_requests
+    from knowgic.runner.stages.prepare import edit_requests
 
     document = edit_requests(JobSpec(model="knowgic-tiny", editor="none", limit=2)).to_document()
     change(document)

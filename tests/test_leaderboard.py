@@ -18,12 +18,12 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from knowgic.runner.signing import load_signer
-from knowgic.runner.store import ResultsStore, local_entry_id
 
 from knowgic.cli import main
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from knowgic.evaluation.results import content_sha256
+from knowgic.runner.store.signing import load_signer
+from knowgic.runner.store.store import ResultsStore, local_entry_id
 
 EDITORS = ("none", "ice", "rome")
 SCRIPT = "<script>alert('owned')</script>"
@@ -125,6 +125,7 @@ def board_store(knowgic_tiny, tmp_path_factory) -> LeaderboardFixture:
 def served(board_store):
     """The app launched on a free port, and a gradio_client connected to it."""
     from gradio_client import Client
+
     from knowgic.leaderboard.app import build_app, launch_app
 
     app = build_app(

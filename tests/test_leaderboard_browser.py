@@ -350,7 +350,7 @@ def test_queue_is_empty_then_shows_a_submission(site, page, artifacts) -> None:
     assert "1 job(s): 1 pending" in page.locator("#kg-queue-note").inner_text()
 
     # A worker takes the job and it fails: the queue view follows without a reload.
-    from knowgic.runner.queue import JobQueue
+    from knowgic.runner.queue.queue import JobQueue
 
     queue = JobQueue(board.store.queue_url())
     try:
@@ -420,11 +420,10 @@ def test_a_cold_store_shows_its_rows_as_they_are_verified(
     hand-written "verified" entry reads as local with the reason."""
     import threading
 
+    from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
     from knowgic.leaderboard.app import build_app, launch_app
     from knowgic.leaderboard.timing import fill_store
-    from knowgic.runner.store import ResultsStore
-
-    from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
+    from knowgic.runner.store.store import ResultsStore
 
     run = evaluate(
         EvaluationRequest(model="knowgic-tiny", editor="none", limit=1, out_dir=tmp_path / "run"),

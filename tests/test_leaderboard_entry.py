@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from knowgic.runner.queue import JobQueue, JobState
+
+from knowgic.runner.queue.queue import JobQueue, JobState
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO_ROOT / "examples" / "custom_editor"

@@ -11,19 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from knowgic.leaderboard import views
-from knowgic.leaderboard.table import ALL_MODELS
-from knowgic.leaderboard.timing import fill_store
-from knowgic.runner.signing import generate_key, load_signer
-from knowgic.runner.store import ResultsStore, local_entry_id
 
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from knowgic.evaluation.results import content_sha256
+from knowgic.leaderboard import views
+from knowgic.leaderboard.table import ALL_MODELS
+from knowgic.leaderboard.timing import fill_store
+from knowgic.runner.store.signing import generate_key, load_signer
+from knowgic.runner.store.store import ResultsStore, local_entry_id
 from tests.test_leaderboard import ALL_COLUMNS, free_port, table, wait_verified, write_submission
 
 
 def _serve(root: Path, cache: Path, **kwargs: Any):
     from gradio_client import Client
+
     from knowgic.leaderboard.app import build_app, launch_app
 
     app = build_app(root, refresh_seconds=1.0, verified_cache=cache, include_reported=False, **kwargs)

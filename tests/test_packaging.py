@@ -56,8 +56,9 @@ def test_the_wheel_installs_one_root_package(tmp_path) -> None:
     assert roots == {"knowgic"}, sorted(roots)
     # The top-level folders land inside it, with their data; the spec travels as knowgic/_spec.
     for expected in (
-        "knowgic/runner/worker.py",
-        "knowgic/runner/stages.py",
+        "knowgic/runner/host/worker.py",
+        "knowgic/runner/stages/score.py",
+        "knowgic/runner/stages/__main__.py",
         "knowgic/leaderboard/app.py",
         "knowgic/leaderboard/data/methods.yaml",
         "knowgic/_spec/benchmark.yaml",

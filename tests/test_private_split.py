@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from knowgic.runner.job import JobSpec
-from knowgic.runner.stages import edit_requests, main, run_edit_stage, run_score_stage
 
 from knowgic.dataset.loading import load_rows
 from knowgic.dataset.private import read_private_split, write_holdout, write_split
@@ -30,6 +28,11 @@ from knowgic.evaluation.results import load_results, validation_errors
 from knowgic.measure.compare import IFR_CHECK_RULE, ifr_check
 from knowgic.recompute import check_results
 from knowgic.records import Case
+from knowgic.runner.stages.cli import main
+from knowgic.runner.stages.contract import JobSpec
+from knowgic.runner.stages.edit import run_edit_stage
+from knowgic.runner.stages.prepare import edit_requests
+from knowgic.runner.stages.score import run_score_stage
 
 LIMIT = 3
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from knowgic.runner.queue import LOG_CAP_BYTES, JobLost, JobQueue, JobState, QueueError
-from knowgic.runner.submission import Submission
+
+from knowgic.runner.intake.submission import Submission
+from knowgic.runner.queue.queue import LOG_CAP_BYTES, JobLost, JobQueue, JobState, QueueError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -185,7 +186,7 @@ def test_claims_never_double_under_threads(queue_url: str, tmp_path: Path) -> No
 CLAIMER = textwrap.dedent(
     """
     import pathlib, sys, time
-    from knowgic.runner.queue import JobQueue
+    from knowgic.runner.queue.queue import JobQueue
     url, name, barrier, workers = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3]), int(sys.argv[4])
     queue = JobQueue(url)
     (barrier / name).touch()
@@ -237,7 +238,7 @@ def test_claims_never_double_across_processes(queue_url: str, tmp_path: Path) ->
 OPENER = textwrap.dedent(
     """
     import pathlib, sys, time
-    from knowgic.runner.queue import JobQueue
+    from knowgic.runner.queue.queue import JobQueue
     barrier, workers = pathlib.Path(sys.argv[2]), int(sys.argv[3])
     (barrier / sys.argv[4]).touch()
     while len(list(barrier.iterdir())) < workers:

@@ -22,10 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from knowgic.runner.queue import JobQueue, JobState
-from knowgic.runner.store import ResultsStore
-from knowgic.runner.submission import submit
 
+from knowgic.runner.intake.submission import submit
+from knowgic.runner.queue.queue import JobQueue, JobState
+from knowgic.runner.store.store import ResultsStore
 from tests.test_queue import (  # noqa: F401 - the SQLite scenarios (and their queue fixture), run again here
     queue,
     test_a_job_goes_pending_running_finished,

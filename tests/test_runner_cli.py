@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from knowgic.runner.queue import JobQueue, JobState
 
 from knowgic.cli import build_parser, main
+from knowgic.runner.queue.queue import JobQueue, JobState
 from tests.test_submission import EXAMPLE, MANIFEST, make_submission
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from knowgic.runner.sandbox import EndReason, Mount, SandboxLimits, SandboxResult, run_sandboxed
+
+from knowgic.runner.host.sandbox import EndReason, Mount, SandboxLimits, SandboxResult, run_sandboxed
 
 SMALL = SandboxLimits(memory_bytes=256 << 20, cpus=1.0, pids=64, timeout_seconds=30, log_bytes=64 * 1024)
 
@@ -280,9 +281,8 @@ def test_limits_refuse_nonsense() -> None:
 
 
 def test_limits_come_from_the_environment() -> None:
-    from knowgic.runner.containers import default_limits
-
     from knowgic.errors import KnowgicError
+    from knowgic.runner.host.containers import default_limits
 
     limits = default_limits(
         {"KNOWGIC_SANDBOX_MEMORY": "3G", "KNOWGIC_SANDBOX_PIDS": "64", "KNOWGIC_SANDBOX_TIMEOUT": "90"}
@@ -294,9 +294,8 @@ def test_limits_come_from_the_environment() -> None:
 
 
 def test_gpus_choice() -> None:
-    from knowgic.runner.sandbox import resolve_gpus
-
     from knowgic.errors import KnowgicError
+    from knowgic.runner.host.sandbox import resolve_gpus
 
     assert resolve_gpus("none") is False
     assert resolve_gpus("all") is True
@@ -321,7 +320,7 @@ def test_a_result_says_why_it_ended(reason: EndReason, exit_code: int, words: st
 
 
 def test_a_job_failure_quotes_the_stage_s_last_error_line() -> None:
-    from knowgic.runner.containers import _last_error_line
+    from knowgic.runner.host.containers import _last_error_line
 
     logs = "loading\nTraceback (most recent call last):\n  File x\nValueError: bad hparams\nbye\n"
     assert _last_error_line(logs) == "ValueError: bad hparams"
@@ -333,7 +332,7 @@ def test_a_job_failure_quotes_the_stage_s_last_error_line() -> None:
 
 
 def test_edit_images_are_tagged_by_submission_and_runner_image() -> None:
-    from knowgic.runner.images import _edit_dockerfile, edit_image_tag
+    from knowgic.runner.host.images import _edit_dockerfile, edit_image_tag
 
     sha = "ab" * 32
     first, second = edit_image_tag("sha256:" + "1" * 64, sha), edit_image_tag("sha256:" + "2" * 64, sha)
@@ -341,7 +340,7 @@ def test_edit_images_are_tagged_by_submission_and_runner_image() -> None:
     with_requirements = _edit_dockerfile("knowgic-runner:test", has_requirements=True).splitlines()
     assert with_requirements[0] == "FROM knowgic-runner:test" and with_requirements[-1] == "USER knowgic"
     # The benchmark's text is removed before any file of the submission enters the image.
-    assert with_requirements.index("RUN python3 -m knowgic.runner.edit_base") < next(
+    assert with_requirements.index("RUN python3 -m knowgic.runner.host.edit_base") < next(
         i for i, line in enumerate(with_requirements) if line.startswith("COPY submission/")
     )
     # Requirements come from the wheelhouse only, installed by the non-root user: no index, no builds.
@@ -354,7 +353,8 @@ def test_edit_images_are_tagged_by_submission_and_runner_image() -> None:
 
 def test_the_build_context_leaves_data_out() -> None:
     import docker.utils.build
-    from knowgic.runner.images import _read_dockerignore, repository_root
+
+    from knowgic.runner.host.images import _read_dockerignore, repository_root
 
     root = repository_root()
     names = set(docker.utils.build.exclude_paths(str(root), _read_dockerignore(root), "Dockerfile"))
@@ -371,7 +371,7 @@ def test_the_build_context_leaves_data_out() -> None:
 
 
 def test_the_lock_pins_every_dependency_exactly() -> None:
-    from knowgic.runner.images import repository_root
+    from knowgic.runner.host.images import repository_root
 
     lines = [
         line.strip()

@@ -19,12 +19,21 @@ import threading
 from pathlib import Path
 
 import pytest
-from knowgic.runner.deltas import DeltaEdit, DeltaError, DeltaReader, DeltaWriter, independent_key, model_spec
-from knowgic.runner.job import JobSpec
-from knowgic.runner.stages import edit_requests, run_edit_stage, run_score_stage
 
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
+from knowgic.runner.stages.contract import JobSpec
+from knowgic.runner.stages.deltas import (
+    DeltaEdit,
+    DeltaError,
+    DeltaReader,
+    DeltaWriter,
+    independent_key,
+    model_spec,
+)
+from knowgic.runner.stages.edit import run_edit_stage
+from knowgic.runner.stages.prepare import edit_requests
+from knowgic.runner.stages.score import run_score_stage
 
 PREFIX_EDITOR = '''
 from knowgic.editors.base import EditHandle, Editor
@@ -69,7 +78,7 @@ import time
 from pathlib import Path
 
 from knowgic.editors.base import EditHandle, Editor
-from knowgic.runner.deltas import DeltaEdit, DeltaWriter, independent_key
+from knowgic.runner.stages.deltas import DeltaEdit, DeltaWriter, independent_key
 
 
 class EarlyDeltaEditor(Editor):

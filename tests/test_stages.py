@@ -21,15 +21,18 @@ from typing import Any
 
 import pytest
 import torch
-from knowgic.runner.deltas import FAILED_MARKER, DeltaError
-from knowgic.runner.job import EditRequests, JobSpec
-from knowgic.runner.stages import edit_requests, main, run_edit_stage, run_prepare_stage, run_score_stage
 from safetensors.torch import load_file, save_file
 
 from knowgic.editors.hparams import hparams_sha256, load_hparams
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from knowgic.evaluation.results import load_results
+from knowgic.runner.stages.cli import main
+from knowgic.runner.stages.contract import EditRequests, JobSpec
+from knowgic.runner.stages.deltas import FAILED_MARKER, DeltaError
+from knowgic.runner.stages.edit import run_edit_stage
+from knowgic.runner.stages.prepare import edit_requests, run_prepare_stage
+from knowgic.runner.stages.score import run_score_stage
 
 LIMIT = 2
 TOLERANCE = 1e-9
@@ -227,13 +230,13 @@ def test_lora_split_scores_the_merged_adapters_within_rounding(knowgic_tiny, tmp
 def test_folding_adapters_merges_w_plus_sba_and_undoes_bitwise(knowgic_tiny) -> None:
     """Inside the block: the pristine structure with W + Σ s B A (peft's delta) in place of W; after it: the
     same peft layers, the same base weights bit for bit, the same logits bit for bit."""
-    from knowgic.runner.deltas import folded_adapters
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
     from knowgic.editors.lora import LoRAEditor
     from knowgic.evaluation.fingerprint import assert_restored, fingerprint
     from knowgic.evaluation.plan import build_plan
+    from knowgic.runner.stages.deltas import folded_adapters
 
     model, tokenizer = knowgic_tiny.model, knowgic_tiny.tokenizer
     pristine = fingerprint(model)
@@ -671,10 +674,10 @@ def test_score_stage_refuses_a_folder_holding_a_run_before_any_work(tmp_path) ->
 
 
 @pytest.mark.slow
-def test_bench_split_measures_the_three_runs_and_they_agree(capsys) -> None:
-    from knowgic.runner.bench_split import main as bench
+def test_timing_split_measures_the_three_runs_and_they_agree(capsys) -> None:
+    from knowgic.runner.stages.timing_split import main as timing_split
 
-    assert bench(["--editor", "rome", "--limit", "2", "--json"]) == 0
+    assert timing_split(["--editor", "rome", "--limit", "2", "--json"]) == 0
     figures = json.loads(capsys.readouterr().out)
     assert figures["metrics_agree"] is True and figures["deltas"] == 2
     assert figures["peak_bytes_streaming"] <= figures["delta_bytes_written"] / 2 * 1.01

@@ -8,13 +8,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from knowgic.runner.signing import load_signer
-from knowgic.runner.store import STORE_VERSION, ResultsStore, local_entry_id
 
 from knowgic.cli import main
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
 from knowgic.evaluation.results import content_sha256
+from knowgic.runner.store.signing import load_signer
+from knowgic.runner.store.store import STORE_VERSION, ResultsStore, local_entry_id
 
 
 @pytest.fixture(scope="module")

@@ -15,19 +15,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from knowgic.runner.queue import JobQueue
-from knowgic.runner.store import ResultsStore
-from knowgic.runner.submission import (
-    MANIFEST_NAME,
-    SubmissionError,
-    SubmissionLimits,
-    hparams_for,
-    load_submission,
-    submit,
-    write_normalised_archive,
-)
 
 from knowgic.dataset.versions import latest_version
+from knowgic.runner.intake.archive import SubmissionError, SubmissionLimits, write_normalised_archive
+from knowgic.runner.intake.manifest import MANIFEST_NAME, hparams_for
+from knowgic.runner.intake.submission import load_submission, submit
+from knowgic.runner.queue.queue import JobQueue
+from knowgic.runner.store.store import ResultsStore
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "custom_editor"
 MANIFEST = {

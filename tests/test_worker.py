@@ -15,14 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from knowgic.runner.queue import Job, JobQueue, JobState
-from knowgic.runner.signing import load_signer
-from knowgic.runner.store import ResultsStore
-from knowgic.runner.submission import submit
-from knowgic.runner.worker import JobFailure, WorkerFault, check_results, run_worker
 
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.results import content_sha256
+from knowgic.runner.host.worker import JobFailure, WorkerFault, check_results, run_worker
+from knowgic.runner.intake.submission import submit
+from knowgic.runner.queue.queue import Job, JobQueue, JobState
+from knowgic.runner.store.signing import load_signer
+from knowgic.runner.store.store import ResultsStore
 from tests.test_submission import MANIFEST, make_submission
 
 

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from knowgic.runner.queue import Job, JobQueue, JobState
-from knowgic.runner.store import ResultsStore
-from knowgic.runner.submission import submit
 
+from knowgic.runner.intake.submission import submit
+from knowgic.runner.queue.queue import Job, JobQueue, JobState
+from knowgic.runner.store.store import ResultsStore
 from tests.test_submission import MANIFEST, make_submission
 
 THIS_FILE = Path(__file__).resolve()
@@ -119,7 +119,6 @@ class SlowCopyExecutor:
 
 if __name__ == "__main__":
     import knowgic.runner.commands
-
     from knowgic.cli import main
 
     knowgic.runner.commands.default_executor = lambda *args, **kwargs: SlowCopyExecutor()  # type: ignore[assignment]

@@ -170,8 +170,8 @@ class ForgedDelta(Editor):
     name = "hostile-forged-delta"
 
     def apply(self, model: Any, tokenizer: Any, requests: Any) -> EditHandle:
-        from knowgic.runner.deltas import DeltaEdit, DeltaWriter, independent_key
-        from knowgic.runner.job import EditRequests, JobSpec
+        from knowgic.runner.stages.contract import EditRequests, JobSpec
+        from knowgic.runner.stages.deltas import DeltaEdit, DeltaWriter, independent_key
 
         spec = JobSpec.read("/job/job.json")
         plan = EditRequests.read("/job/requests.json")

@@ -52,7 +52,7 @@ class EarlyDelta(Editor):
         self.calls = 0
 
     def apply(self, model: Any, tokenizer: Any, requests: Any) -> EditHandle:
-        from knowgic.runner.deltas import DeltaEdit, DeltaWriter, independent_key
+        from knowgic.runner.stages.deltas import DeltaEdit, DeltaWriter, independent_key
 
         index, self.calls = self.calls, self.calls + 1
         if index == 0:

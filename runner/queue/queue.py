@@ -33,22 +33,35 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
-from knowgic.runner.options import queue_url
-from knowgic.runner.states import TERMINAL_STATES, JobState
 from sqlalchemy.engine import Connection, Engine
 
 from knowgic.errors import KnowgicError
+from knowgic.runner.options import queue_url
+from knowgic.runner.queue.states import TERMINAL_STATES, JobState
 
 if TYPE_CHECKING:
-    from knowgic.runner.store import ResultsStore
-    from knowgic.runner.submission import Submission
+    from knowgic.runner.store.store import ResultsStore
 
 QUEUE_SCHEMA_VERSION = 1
 DEFAULT_MAX_ATTEMPTS = 3
 LOG_CAP_BYTES = 256 * 1024
+
+
+class Enqueued(Protocol):
+    """What the queue reads of a submission to make its jobs: plain keys, never its files (a loaded
+    :class:`knowgic.runner.intake.submission.Submission` is one)."""
+
+    @property
+    def manifest(self) -> dict[str, Any]: ...
+    @property
+    def sha256(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
 
 
 class QueueError(KnowgicError):
@@ -352,7 +365,7 @@ class JobQueue:
         return self._unclaim(connection, row, now, guard=guard, attempts=attempts)
 
     # -- submitting and reading -----------------------------------------------------------------------
-    def enqueue(self, submission: Submission, *, limit: int | None = None) -> list[Job]:
+    def enqueue(self, submission: Enqueued, *, limit: int | None = None) -> list[Job]:
         """One PENDING job per model x protocol x mode of the manifest; a job already queued is returned as is."""
         manifest = submission.manifest
         if limit is not None and limit < 1:
@@ -382,7 +395,7 @@ class JobQueue:
         return [self.get(job_id) for job_id in ids]
 
     def _insert_jobs(
-        self, submission: Submission, keys: list[dict[str, Any]], ids: list[str], limit: int | None
+        self, submission: Enqueued, keys: list[dict[str, Any]], ids: list[str], limit: int | None
     ) -> None:
         manifest = submission.manifest
         with self._transaction() as connection:

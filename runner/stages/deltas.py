@@ -39,13 +39,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from knowgic.runner.job import DONE_MARKER, FAILED_MARKER, one_line, read_sidecar
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save_file
 
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.fingerprint import TensorStamp, changed_since, named_tensors
+from knowgic.runner.stages.contract import DONE_MARKER, FAILED_MARKER, one_line, read_sidecar
 
 DELTA_FORMAT = "knowgic-delta"
 DELTA_FORMAT_VERSION = 1

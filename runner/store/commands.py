@@ -13,16 +13,23 @@ import argparse
 import json
 from pathlib import Path
 
-from knowgic.runner.options import add_store_option, store_root
-
 from knowgic.argtypes import add_subcommands
 from knowgic.errors import KnowgicError
+from knowgic.runner.options import add_store_option, store_root
+from knowgic.runner.store.signing import (
+    TrustedKeys,
+    add_trusted_keys_option,
+    default_signing_key_path,
+    default_trusted_keys_path,
+    generate_key,
+    parse_public_line,
+)
+from knowgic.runner.store.store import ResultsStore, local_entry_id
 
 
 def _add(args: argparse.Namespace) -> int:
-    from knowgic.runner.store import ResultsStore, local_entry_id
 
-    from knowgic.evaluation.sweep import results_paths
+    from knowgic.evaluation.sweep import results_paths  # imports torch: only for the command that needs it
 
     store = ResultsStore(store_root(args.store))
     paths = results_paths(args.results)
@@ -42,8 +49,6 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from knowgic.runner.signing import TrustedKeys
-    from knowgic.runner.store import ResultsStore
 
     root = store_root(args.store)
     if not root.is_dir():
@@ -93,7 +98,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _keygen(args: argparse.Namespace) -> int:
-    from knowgic.runner.signing import default_signing_key_path, default_trusted_keys_path, generate_key
 
     path = args.key or default_signing_key_path()
     signer = generate_key(path, args.comment)
@@ -108,7 +112,6 @@ def _keygen(args: argparse.Namespace) -> int:
 
 def _append_trusted(trusted: Path, line: str) -> bool:
     """Add a public key line to a trusted keys file unless a key with its fingerprint is there."""
-    from knowgic.runner.signing import TrustedKeys, parse_public_line
 
     key = parse_public_line(line, "the public key")
     if trusted.exists() and key.fingerprint in TrustedKeys.load(trusted).keys:
@@ -120,7 +123,6 @@ def _append_trusted(trusted: Path, line: str) -> bool:
 
 
 def _trust(args: argparse.Namespace) -> int:
-    from knowgic.runner.signing import default_trusted_keys_path, parse_public_line
 
     try:
         text = args.public_key.read_text(encoding="utf-8")
@@ -139,7 +141,6 @@ def _trust(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from knowgic.runner.signing import add_trusted_keys_option
 
     p = subparsers.add_parser(
         "store",

@@ -1,8 +1,8 @@
 """The queue's vocabulary, importable with the base install only.
 
 The command line builds every parser (``knowgic runner status --state``, the worker's timing options) from
-these names, so ``knowgic --help`` works without the ``runner`` extra; ``knowgic.runner.queue`` (SQLAlchemy) and
-``knowgic.runner.worker`` use the same names.
+these names, so ``knowgic --help`` works without the ``runner`` extra; ``knowgic.runner.queue.queue`` (SQLAlchemy) and
+``knowgic.runner.host.worker`` use the same names.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ model load:
 It checks that the three runs agree on every metric (1e-9) and prints times, ratios against ``plain``, the
 bytes of deltas written, and the peak bytes the deltas folder held (sampled every 10 ms by this process)::
 
-    python -m knowgic.runner.bench_split --editor rome --model knowgic-tiny [--limit N] [--mode sequential] [--repeats 2]
+    python -m knowgic.runner.stages.timing_split --editor rome --model knowgic-tiny [--limit N] [--mode sequential] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowgic.runner.deltas import folder_bytes
-from knowgic.runner.job import REQUESTS_FILE, JobSpec
-
 from knowgic.argtypes import parse_size
+from knowgic.editors.hparams import load_hparams
 from knowgic.errors import KnowgicError
+from knowgic.evaluation.results import load_results
+from knowgic.models.loading import load_model
+from knowgic.runner.stages.contract import REQUESTS_FILE, JobSpec
+from knowgic.runner.stages.deltas import folder_bytes
 
 
 @dataclass
@@ -154,7 +156,7 @@ def _megabytes(n: int) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m knowgic.runner.bench_split",
+        prog="python -m knowgic.runner.stages.timing_split",
         description="Time the runner's edit/score split against a plain knowgic evaluate of the same editor.",
     )
     parser.add_argument("--model", default="knowgic-tiny", help="model (default knowgic-tiny)")
@@ -184,17 +186,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     try:
-        return _bench(args)
+        return _measure(args)
     except KnowgicError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
 
 
-def _bench(args: argparse.Namespace) -> int:
-    from knowgic.editors.hparams import load_hparams
-    from knowgic.evaluation.results import load_results
-    from knowgic.models.loading import load_model
-
+def _measure(args: argparse.Namespace) -> int:
     loaded = load_model(args.model, progress=False)
     hparams, source = load_hparams(
         args.editor, loaded.model_id, loaded.family, path=args.hparams, required=False
@@ -202,7 +200,7 @@ def _bench(args: argparse.Namespace) -> int:
     model_bytes = sum(t.numel() * t.element_size() for t in loaded.model.state_dict().values())
     del loaded
     spec = JobSpec(model=args.model, editor=args.editor, hparams=hparams, mode=args.mode, limit=args.limit)
-    with tempfile.TemporaryDirectory(prefix="knowgic-bench-split-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="knowgic-timing-split-") as tmp:
         work = Path(tmp)
         job = work / "job.json"
         job.write_text(spec.to_json(), encoding="utf-8")

@@ -11,10 +11,10 @@ The runner writes it (one signed *verified* entry per finished job), ``knowgic s
                                    and for a runner run the worker's signature (store_entry.schema.json)
       queue.sqlite                 the runner's default queue database
 
-Nothing in the folder is believed for being there. A results file passes :mod:`knowgic.runner.store_checks` (size,
+Nothing in the folder is believed for being there. A results file passes :mod:`knowgic.runner.store.checks` (size,
 finite numbers, declared ranges, intervals, every headline value recomputed from its records) when it is
 stored and again when it is read. An entry is *verified* only when a worker's Ed25519 signature over it
-checks against a key the reader trusts (:mod:`knowgic.runner.signing`); any other entry, whatever its ``source``
+checks against a key the reader trusts (:mod:`knowgic.runner.store.signing`); any other entry, whatever its ``source``
 says, is read as *local*, with the reason.
 
 Every file is first written beside its final name and then hard-linked into place, which fails when the
@@ -35,19 +35,25 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+
+from knowgic.dataset.schemas import load_schema
+from knowgic.errors import KnowgicError
+from knowgic.evaluation.results import content_sha256, results_schema
+from knowgic.paths import cache_dir
 from knowgic.runner.options import sqlite_queue_url, store_root
-from knowgic.runner.signing import Signer, TrustedKeys
-from knowgic.runner.store_checks import (
+from knowgic.runner.store.checks import (
     LIMITS,
     CheckFailed,
     check_sizes,
@@ -55,10 +61,7 @@ from knowgic.runner.store_checks import (
     parse_json,
     read_capped,
 )
-
-from knowgic.errors import KnowgicError
-from knowgic.evaluation.results import content_sha256, results_schema
-from knowgic.paths import cache_dir
+from knowgic.runner.store.signing import Signer, TrustedKeys
 
 STORE_VERSION = 1
 SOURCES = ("verified", "local")
@@ -124,7 +127,7 @@ class StoreEntry:
 
     @property
     def document(self) -> dict[str, Any]:
-        """The full results document, read and verified again (every check of :mod:`knowgic.runner.store_checks`)."""
+        """The full results document, read and verified again (every check of :mod:`knowgic.runner.store.checks`)."""
         return _read_results(self.results_file, expected_sha=self.results_sha256, validator=_validator())
 
 
@@ -143,8 +146,6 @@ def _validator() -> jsonschema.Draft202012Validator:
 
 @lru_cache(maxsize=1)
 def _entry_validator() -> jsonschema.Draft202012Validator:
-    from knowgic.dataset.schemas import load_schema
-
     return jsonschema.Draft202012Validator(load_schema("store_entry"))
 
 
@@ -158,7 +159,7 @@ def _schema_problem(document: Any, validator: jsonschema.Draft202012Validator) -
 
 
 def _verify_document(document: Any, where: str, validator: jsonschema.Draft202012Validator) -> str:
-    """Every check of :mod:`knowgic.runner.store_checks` (sizes, schema, self-hash, values, recomputed metrics);
+    """Every check of :mod:`knowgic.runner.store.checks` (sizes, schema, self-hash, values, recomputed metrics);
     return the sha256. Raises :class:`StoreFileError` naming the problem."""
     if not isinstance(document, dict):
         raise StoreFileError(f"{where}: a results document is a JSON object, found {type(document).__name__}")
@@ -240,7 +241,7 @@ class ResultsStore:
         trusted_keys: TrustedKeys | None = None,
     ) -> None:
         """``trusted_keys``: the keys whose signatures make an entry verified (default: the trusted keys
-        file of :func:`knowgic.runner.signing.default_trusted_keys_path`, read at the first scan)."""
+        file of :func:`knowgic.runner.store.signing.default_trusted_keys_path`, read at the first scan)."""
         self.root = Path(root)
         # Summaries of verified results files, shared by every process of this user.
         self._cache_root = verified_cache
@@ -493,9 +494,6 @@ class ResultsStore:
                 except StoreFileError as exc:
                     yield path, exc
             return
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
         pool = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"))
         try:
             futures = {}

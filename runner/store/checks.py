@@ -6,7 +6,7 @@ reader (``knowgic store list``, the leaderboard) shows it::
     file size <= LIMITS.file_bytes                  (refused before it is read)
     JSON, nested at most LIMITS.depth deep, each string <= LIMITS.string_chars characters,
       each array or object <= LIMITS.items members
-    results.schema.json and the document's own sha256             (knowgic.runner.store)
+    results.schema.json and the document's own sha256             (knowgic.runner.store.store)
     every number finite (no NaN, Infinity)
     every metric's value and interval within its declared bounds (spec/benchmark.yaml "bounds"),
       interval [low, high] with low <= value <= high
@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from knowgic.errors import KnowgicError
+from knowgic.recompute import check_results
+from knowgic.spec import benchmark_spec
 
 # Float noise allowed when a value is compared with its interval or range: intervals are quantiles of
 # resamples computed by other arithmetic than the point estimate.
@@ -144,8 +146,6 @@ class _Range:
 @lru_cache(maxsize=1)
 def _ranges() -> dict[str, _Range]:
     """Each declared metric's label and range, from spec/benchmark.yaml (the one declaration)."""
-    from knowgic.spec import benchmark_spec
-
     return {name: _Range(m.label, *m.bounds) for name, m in benchmark_spec().metrics.items()}
 
 
@@ -196,8 +196,6 @@ def value_problems(document: Mapping[str, Any]) -> list[str]:
 
 def recompute_problems(document: Mapping[str, Any]) -> list[str]:
     """Stated values, intervals and counts that differ from what the records give (empty when none)."""
-    from knowgic.recompute import check_results
-
     try:
         lines = check_results(document)
     except KnowgicError as exc:  # records it cannot recompute from (an old schema, inconsistent records)

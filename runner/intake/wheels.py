@@ -1,7 +1,7 @@
 """A submission's requirements as a wheelhouse: resolved and fetched before its image is built, wheels only.
 
 Run by the worker host in a container of the runner image (trusted code only: the project's image, its
-non-root user, nothing of the submission but the requirement lines, which ``knowgic.runner.submission`` checked
+non-root user, nothing of the submission but the requirement lines, which ``knowgic.runner.intake.submission`` checked
 are index requirements, no direct references), because pip must resolve against the packages that image
 already holds, for its Python and platform::
 
@@ -11,11 +11,11 @@ already holds, for its Python and platform::
 
 Wheels only: no source distribution is ever built, so no submitted code runs while fetching; the index
 and a local folder of wheels (``--find-links``) are the only sources. The edit image then installs from
-``wheels/`` in a build without network, as the non-root user (:mod:`knowgic.runner.images`).
+``wheels/`` in a build without network, as the non-root user (:mod:`knowgic.runner.host.images`).
 
 Command line (in the container)::
 
-    python -m knowgic.runner.wheels --requirements REQUIREMENTS.txt --out DIR [--find-links DIR]
+    python -m knowgic.runner.intake.wheels --requirements REQUIREMENTS.txt --out DIR [--find-links DIR]
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def fetch(requirements: Path, out: Path, find_links: Path | None = None) -> list
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m knowgic.runner.wheels", description=__doc__.splitlines()[0]
+        prog="python -m knowgic.runner.intake.wheels", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--requirements", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from knowgic.errors import KnowgicError
 
 if TYPE_CHECKING:
-    from knowgic.runner.queue import Job
+    from knowgic.runner.queue.queue import Job
 
 # A job's folder on the worker host: <root>/knowgic-<job id>-<random>/, with an owner record naming the queue,
 # job and worker, so that a worker starting later can tell a dead worker's folder from a live one's.
@@ -55,7 +55,7 @@ class JobExecutor(Protocol):
 
     An executor that leaves things outside the job folder while it runs (containers) also has
     ``reap(queue_id, alive) -> int``: remove those of queue ``queue_id`` whose (job id, worker id) is not
-    ``alive``, and say how many; a starting worker calls it (:func:`knowgic.runner.worker.reap_dead`).
+    ``alive``, and say how many; a starting worker calls it (:func:`knowgic.runner.host.worker.reap_dead`).
     """
 
     def execute(self, job: Job, submission_archive: Path, workdir: Path, log: Callable[[str], None]) -> Path:

@@ -4,8 +4,8 @@
 
     workdir/
       .knowgic-owner.json  queue, job and worker ids (a later worker reaps the folder of a dead one)
-      submission/   the stored archive unpacked again (knowgic.runner.submission checks it as on submit)
-      job/job.json  knowgic.runner.job.JobSpec, written here    -> /job: writable for the prepare stage only
+      submission/   the stored archive unpacked again (knowgic.runner.intake.submission checks it as on submit)
+      job/job.json  knowgic.runner.stages.contract.JobSpec, written here    -> /job: writable for the prepare stage only
       job/requests.json  the edit requests (prepare)    -> read-only for the edit and score stages
       deltas/       written by the edit stage           -> /deltas: the edit container's only writable mount;
                     read (and emptied) by the score stage
@@ -14,11 +14,11 @@
 
     prepare container  the runner image          python -m knowgic.runner.stages prepare (trusted; reads the dataset)
     edit container     knowgic-edit:<sub>-<run>  python -m knowgic.runner.stages edit    (the submitted code; an
-                       image without any benchmark text, see runner/edit_base.py)
+                       image without any benchmark text, see runner/host/edit_base.py)
     score container    the runner image          python -m knowgic.runner.stages score   (trusted)
 
 The prepare stage runs first; then the edit and score stages run at once under
-:func:`knowgic.runner.sandbox.run_sandboxed`: the score stage scores each delta as it appears and deletes it, the
+:func:`knowgic.runner.host.sandbox.run_sandboxed`: the score stage scores each delta as it appears and deletes it, the
 edit stage waits while the folder is over its quota. The edit container never sees /out nor the dataset,
 and the score container runs no submitted file, so what the submission does in its own process (patching
 the metrics, writing a results.json of its own, reading the test set) cannot reach the scores.
@@ -37,12 +37,16 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from knowgic.runner.images import (
+from knowgic.argtypes import parse_size
+from knowgic.dataset.private import read_private_split
+from knowgic.errors import KnowgicError
+from knowgic.paths import PROVIDED_STATS_VARIABLE, cache_dir
+from knowgic.runner.host.images import (
     SUBMISSION_DIR,
     BuiltImage,
     ImageBuildError,
@@ -53,16 +57,7 @@ from knowgic.runner.images import (
     image_id,
     remove_stale_edit_images,
 )
-from knowgic.runner.job import (
-    DONE_MARKER,
-    FAILED_MARKER,
-    JOB_FILE,
-    REQUESTS_FILE,
-    JobFailure,
-    JobSpec,
-    one_line,
-)
-from knowgic.runner.sandbox import (
+from knowgic.runner.host.sandbox import (
     SCRATCH_DIR,
     EndReason,
     GiB,
@@ -72,14 +67,20 @@ from knowgic.runner.sandbox import (
     resolve_gpus,
     run_sandboxed,
 )
-from knowgic.runner.submission import Submission, SubmissionError, unpack_stored_archive
-
-from knowgic.argtypes import parse_size
-from knowgic.errors import KnowgicError
-from knowgic.paths import PROVIDED_STATS_VARIABLE, cache_dir
+from knowgic.runner.intake.archive import SubmissionError
+from knowgic.runner.intake.submission import Submission, unpack_stored_archive
+from knowgic.runner.stages.contract import (
+    DONE_MARKER,
+    FAILED_MARKER,
+    JOB_FILE,
+    REQUESTS_FILE,
+    JobFailure,
+    JobSpec,
+    one_line,
+)
 
 if TYPE_CHECKING:
-    from knowgic.runner.queue import Job
+    from knowgic.runner.queue.queue import Job
 
 STAGE_COMMAND = ("python3", "-m", "knowgic.runner.stages")
 JOB_LABEL = "org.knowgic.job"
@@ -201,14 +202,37 @@ def _remove_container(container: Any) -> int:
 
 
 def _docker_errors() -> Any:
-    import docker.errors
+    import docker.errors  # the runner extra, imported only where a container engine is used
 
     return docker.errors
 
 
 @dataclass
+class _JobRun:
+    """One job's folders, mounts and labels, and what its two running stages tell each other through the
+    supervisor (when each ended, whether the deltas folder overflowed, the events that stop them)."""
+
+    job_dir: Path
+    deltas: Path
+    out: Path
+    models: list[Mount]
+    labels: dict[str, str]
+    environment: dict[str, str]
+    edit_cancel: threading.Event = field(default_factory=threading.Event)
+    score_cancel: threading.Event = field(default_factory=threading.Event)
+    edit_ended: list[float] = field(default_factory=list)
+    score_ended: list[float] = field(default_factory=list)
+    overfull: list[int] = field(default_factory=list)
+
+    @property
+    def shared(self) -> list[Mount]:
+        """What both the edit and the score stage see: the job folder and the model cache, read-only."""
+        return [Mount(self.job_dir, "/job"), *self.models]
+
+
+@dataclass
 class ContainerExecutor:
-    """:class:`knowgic.runner.worker.JobExecutor` that runs each stage in a sandboxed container.
+    """:class:`knowgic.runner.host.worker.JobExecutor` that runs each stage in a sandboxed container.
 
     ``gpus``: "all", "none" or "auto". ``runner_image``: the trusted image (default
     ``$KNOWGIC_RUNNER_IMAGE`` or ``knowgic-runner:<version>``). ``model_cache`` (default
@@ -247,8 +271,6 @@ class ContainerExecutor:
             _check_model_cache(Path(self.model_cache))
         _private_folder(Path(self.stats_cache))
         if self.private_dataset is not None:
-            from knowgic.dataset.private import read_private_split
-
             self.private_dataset = read_private_split(self.private_dataset).folder.resolve()
         if self.client is None:
             self.client = ensure_docker()
@@ -285,7 +307,7 @@ class ContainerExecutor:
 
     def reap(self, queue_id: str, alive: Callable[[str, str], bool]) -> int:
         """Remove the containers of queue ``queue_id`` whose worker is no longer alive for their job
-        (:func:`knowgic.runner.worker.reap_dead`); returns how many."""
+        (:func:`knowgic.runner.host.worker.reap_dead`); returns how many."""
         removed = 0
         for container in self.client.containers.list(
             all=True, filters={"label": f"{QUEUE_LABEL}={queue_id}"}
@@ -299,6 +321,33 @@ class ContainerExecutor:
         workdir = Path(workdir)
         if self.remove_leftovers(job.job_id):
             log("[runner] removed the containers of an earlier attempt of this job")
+        submission, hparams = self._unpack(job, submission_archive, workdir)
+        edit_image = self._edit_image(submission, log)
+        log(
+            f"[runner] edit image {edit_image.tag} "
+            + (f"built in {edit_image.seconds:.1f} s" if edit_image.built else "(cached)")
+        )
+        run = self._prepare(job, submission, hparams, workdir, log)
+        if not image_exists(self.client, edit_image.tag):  # removed meanwhile by a cleanup: build it again
+            edit_image = self._edit_image(submission, log)
+        started = time.monotonic()
+        log(f"[runner] running the edit and score stages on {self.device}")
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"job-{job.job_id[:12]}") as pool:
+            try:
+                edit_future, score_future = self._start(pool, run, edit_image, log)
+                self._supervise(run, edit_future, score_future)
+                edit_result, score_result = edit_future.result(), score_future.result()
+            finally:  # also when the worker is stopped: both containers go
+                run.edit_cancel.set()
+                run.score_cancel.set()
+        log(
+            f"[runner] edit stage {edit_result.reason} ({edit_result.seconds:.1f} s), "
+            f"score stage {score_result.reason} ({score_result.seconds:.1f} s), {time.monotonic() - started:.1f} s"
+        )
+        return self._verdict(run, edit_result, score_result)
+
+    def _unpack(self, job: Job, submission_archive: Path, workdir: Path) -> tuple[Submission, dict[str, Any]]:
+        """The stored archive unpacked again (checked as on submit), and its hparams for the job's model."""
         try:
             submission = unpack_stored_archive(submission_archive, workdir / "submission")
         except SubmissionError as error:
@@ -307,145 +356,149 @@ class ContainerExecutor:
             hparams = submission.hparams_for(job.model)
         except KnowgicError as error:
             raise JobFailure(f"the submission's hparams for {job.model}: {error}") from None
-        edit_image = self._edit_image(submission, log)
-        log(
-            f"[runner] edit image {edit_image.tag} "
-            + (f"built in {edit_image.seconds:.1f} s" if edit_image.built else "(cached)")
-        )
+        return submission, hparams
+
+    def _prepare(
+        self,
+        job: Job,
+        submission: Submission,
+        hparams: dict[str, Any],
+        workdir: Path,
+        log: Callable[[str], None],
+    ) -> _JobRun:
+        """The job's folders and ``job.json``, then the trusted prepare stage (:meth:`_run_prepare_stage`)."""
         spec = self.job_spec(job, submission.manifest, hparams)
         job_dir = _private_folder(workdir / "job")
         (job_dir / JOB_FILE).write_text(spec.to_json(), encoding="utf-8")
         (job_dir / JOB_FILE).chmod(0o644)
-        deltas, out = _private_folder(workdir / "deltas"), _private_folder(workdir / "out")
-        models = [Mount(self.model_cache, "/cache/huggingface")] if self.model_cache is not None else []
-        shared = [Mount(job_dir, "/job"), *models]
-        labels = {JOB_LABEL: job.job_id, QUEUE_LABEL: self.queue_id, WORKER_LABEL: job.worker or ""}
-        # The model's caches (hashes, converted files) go to the tmpfs; downloaded models come read-only.
-        environment = {"KNOWGIC_CACHE": f"{SCRATCH_DIR}/knowgic-cache", "HF_HOME": "/cache/huggingface"}
-        self._prepare(job_dir, models, labels, environment, log)
-        if not image_exists(self.client, edit_image.tag):  # removed meanwhile by a cleanup: build it again
-            edit_image = self._edit_image(submission, log)
-        edit_cancel, score_cancel = threading.Event(), threading.Event()
+        run = _JobRun(
+            job_dir=job_dir,
+            deltas=_private_folder(workdir / "deltas"),
+            out=_private_folder(workdir / "out"),
+            models=[Mount(self.model_cache, "/cache/huggingface")] if self.model_cache is not None else [],
+            labels={JOB_LABEL: job.job_id, QUEUE_LABEL: self.queue_id, WORKER_LABEL: job.worker or ""},
+            # The model's caches (hashes, converted files) go to the tmpfs; downloaded models come read-only.
+            environment={"KNOWGIC_CACHE": f"{SCRATCH_DIR}/knowgic-cache", "HF_HOME": "/cache/huggingface"},
+        )
+        self._run_prepare_stage(run.job_dir, run.models, run.labels, run.environment, log)
+        return run
+
+    def _start(
+        self, pool: ThreadPoolExecutor, run: _JobRun, edit_image: BuiltImage, log: Callable[[str], None]
+    ) -> tuple[Future[SandboxResult], Future[SandboxResult]]:
+        """The edit and the score container, started at once over the one deltas folder."""
+        return (
+            pool.submit(self._run_edit_stage, run, edit_image, log),
+            pool.submit(self._run_score_stage, run, log),
+        )
+
+    def _run_edit_stage(
+        self, run: _JobRun, edit_image: BuiltImage, log: Callable[[str], None]
+    ) -> SandboxResult:
+        try:
+            return run_sandboxed(
+                self.client,
+                edit_image.tag,
+                [
+                    *STAGE_COMMAND,
+                    "edit",
+                    "--job",
+                    f"/job/{JOB_FILE}",
+                    "--requests",
+                    f"/job/{REQUESTS_FILE}",
+                    "--submission",
+                    SUBMISSION_DIR,
+                    "--out",
+                    "/deltas",
+                    "--quota",
+                    self.quota,
+                ],
+                mounts=[
+                    *run.shared,
+                    Mount(self.stats_cache, STATS_MOUNT),
+                    Mount(run.deltas, "/deltas", writable=True),
+                ],
+                limits=self.edit_limits,
+                gpus="all" if self.use_gpus else "none",
+                environment={**run.environment, PROVIDED_STATS_VARIABLE: STATS_MOUNT},
+                labels={**run.labels, STAGE_LABEL: "edit"},
+                on_output=lambda line: log(f"[edit] {line}"),
+                cancel=run.edit_cancel,
+            )
+        finally:
+            # The score stage waits for deltas until a marker says the edit stage is over.
+            if not (run.deltas / DONE_MARKER).exists() and not (run.deltas / FAILED_MARKER).exists():
+                (run.deltas / FAILED_MARKER).write_text("the edit stage ended without finishing\n")
+            run.edit_ended.append(time.monotonic())
+
+    def _run_score_stage(self, run: _JobRun, log: Callable[[str], None]) -> SandboxResult:
         # The score stage waits for the edit stage, so its clock covers both: the edit stage always reaches
         # its own limit first, and the job's reason names the stage that ran out of time.
         score_limits = replace(
             self.score_limits,
             timeout_seconds=self.edit_limits.timeout_seconds + self.score_limits.timeout_seconds,
         )
+        try:
+            return run_sandboxed(
+                self.client,
+                str(self.runner_image),
+                [
+                    *STAGE_COMMAND,
+                    "score",
+                    "--job",
+                    f"/job/{JOB_FILE}",
+                    "--deltas",
+                    "/deltas",
+                    "--out",
+                    "/out",
+                    "--timeout",
+                    f"{self.edit_limits.timeout_seconds + SCORE_GRACE_SECONDS:g}",
+                    *(["--private-dataset", PRIVATE_DIR] if self.private_dataset is not None else []),
+                ],
+                mounts=[
+                    *run.shared,
+                    Mount(run.deltas, "/deltas", writable=True),
+                    Mount(run.out, "/out", writable=True),
+                    # The private split: the score stage's alone, never mounted where submitted code runs.
+                    *([Mount(self.private_dataset, PRIVATE_DIR)] if self.private_dataset is not None else []),
+                ],
+                limits=score_limits,
+                gpus="all" if self.use_gpus else "none",
+                environment=run.environment,
+                labels={**run.labels, STAGE_LABEL: "score"},
+                on_output=lambda line: log(f"[score] {line}"),
+                cancel=run.score_cancel,
+            )
+        finally:
+            run.score_ended.append(time.monotonic())
 
-        def run_edit() -> SandboxResult:
-            try:
-                return run_sandboxed(
-                    self.client,
-                    edit_image.tag,
-                    [
-                        *STAGE_COMMAND,
-                        "edit",
-                        "--job",
-                        f"/job/{JOB_FILE}",
-                        "--requests",
-                        f"/job/{REQUESTS_FILE}",
-                        "--submission",
-                        SUBMISSION_DIR,
-                        "--out",
-                        "/deltas",
-                        "--quota",
-                        self.quota,
-                    ],
-                    mounts=[
-                        *shared,
-                        Mount(self.stats_cache, STATS_MOUNT),
-                        Mount(deltas, "/deltas", writable=True),
-                    ],
-                    limits=self.edit_limits,
-                    gpus="all" if self.use_gpus else "none",
-                    environment={**environment, PROVIDED_STATS_VARIABLE: STATS_MOUNT},
-                    labels={**labels, STAGE_LABEL: "edit"},
-                    on_output=lambda line: log(f"[edit] {line}"),
-                    cancel=edit_cancel,
-                )
-            finally:
-                # The score stage waits for deltas until a marker says the edit stage is over.
-                if not (deltas / DONE_MARKER).exists() and not (deltas / FAILED_MARKER).exists():
-                    (deltas / FAILED_MARKER).write_text("the edit stage ended without finishing\n")
-                edit_ended.append(time.monotonic())
+    def _supervise(
+        self, run: _JobRun, edit_future: Future[SandboxResult], score_future: Future[SandboxResult]
+    ) -> None:
+        """Watch both stages until both have ended, stopping the one that has no reason to go on."""
+        while not (score_future.done() and edit_future.done()):
+            now = time.monotonic()
+            if (
+                run.edit_ended
+                and now > run.edit_ended[0] + SCORE_GRACE_SECONDS
+                and not score_future.done()
+                and (edit_future.exception() is not None or not edit_future.result().ok)
+            ):
+                run.score_cancel.set()  # the edit stage failed; the score stage has had its grace
+            if (
+                not edit_future.done()
+                and not run.overfull
+                and _disk_bytes(run.deltas) > self.deltas_cap_bytes
+            ):
+                run.overfull.append(_disk_bytes(run.deltas))
+                run.edit_cancel.set()  # it ignores its quota: stop it before it fills the disk
+            if run.score_ended and now > run.score_ended[0] + EDIT_GRACE_SECONDS and not edit_future.done():
+                run.edit_cancel.set()  # the scores are final (or failed): the editor has nothing left to do
+            time.sleep(0.2)
 
-        def run_score() -> SandboxResult:
-            try:
-                return run_sandboxed(
-                    self.client,
-                    str(self.runner_image),
-                    [
-                        *STAGE_COMMAND,
-                        "score",
-                        "--job",
-                        f"/job/{JOB_FILE}",
-                        "--deltas",
-                        "/deltas",
-                        "--out",
-                        "/out",
-                        "--timeout",
-                        f"{self.edit_limits.timeout_seconds + SCORE_GRACE_SECONDS:g}",
-                        *(["--private-dataset", PRIVATE_DIR] if self.private_dataset is not None else []),
-                    ],
-                    mounts=[
-                        *shared,
-                        Mount(deltas, "/deltas", writable=True),
-                        Mount(out, "/out", writable=True),
-                        # The private split: the score stage's alone, never mounted where submitted code runs.
-                        *(
-                            [Mount(self.private_dataset, PRIVATE_DIR)]
-                            if self.private_dataset is not None
-                            else []
-                        ),
-                    ],
-                    limits=score_limits,
-                    gpus="all" if self.use_gpus else "none",
-                    environment=environment,
-                    labels={**labels, STAGE_LABEL: "score"},
-                    on_output=lambda line: log(f"[score] {line}"),
-                    cancel=score_cancel,
-                )
-            finally:
-                score_ended.append(time.monotonic())
-
-        edit_ended: list[float] = []
-        overfull: list[int] = []
-        score_ended: list[float] = []
-        started = time.monotonic()
-        log(f"[runner] running the edit and score stages on {self.device}")
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"job-{job.job_id[:12]}") as pool:
-            try:
-                edit_future, score_future = pool.submit(run_edit), pool.submit(run_score)
-                while not (score_future.done() and edit_future.done()):
-                    now = time.monotonic()
-                    if (
-                        edit_ended
-                        and now > edit_ended[0] + SCORE_GRACE_SECONDS
-                        and not score_future.done()
-                        and (edit_future.exception() is not None or not edit_future.result().ok)
-                    ):
-                        score_cancel.set()  # the edit stage failed; the score stage has had its grace
-                    if (
-                        not edit_future.done()
-                        and not overfull
-                        and _disk_bytes(deltas) > self.deltas_cap_bytes
-                    ):
-                        overfull.append(_disk_bytes(deltas))
-                        edit_cancel.set()  # it ignores its quota: stop it before it fills the disk
-                    if score_ended and now > score_ended[0] + EDIT_GRACE_SECONDS and not edit_future.done():
-                        edit_cancel.set()  # the scores are final (or failed): the editor has nothing left to do
-                    time.sleep(0.2)
-                edit_result, score_result = edit_future.result(), score_future.result()
-            finally:  # also when the worker is stopped: both containers go
-                edit_cancel.set()
-                score_cancel.set()
-        log(
-            f"[runner] edit stage {edit_result.reason} ({edit_result.seconds:.1f} s), "
-            f"score stage {score_result.reason} ({score_result.seconds:.1f} s), {time.monotonic() - started:.1f} s"
-        )
-        results = out / "results.json"
-        if overfull:
+    def _verdict(self, run: _JobRun, edit_result: SandboxResult, score_result: SandboxResult) -> Path:
+        """``results.json``, or the job's failure with the stage that caused it."""
+        if run.overfull:
             raise JobFailure(
                 f"the edit stage (the submitted editor) wrote more than {self.deltas_cap_bytes / GiB:.2g} GiB "
                 f"into its deltas folder (quota {self.quota}) and was stopped; only the runner's delta writer "
@@ -454,9 +507,10 @@ class ContainerExecutor:
         # A cancelled edit stage was stopped because the score stage had ended: the score stage's outcome
         # decides. Any other edit failure is the cause of whatever the score stage then did.
         if not edit_result.ok and edit_result.reason != EndReason.CANCELLED:
-            raise JobFailure(self._edit_reason(edit_result, deltas))
+            raise JobFailure(self._edit_reason(edit_result, run.deltas))
         if not score_result.ok:
             raise JobFailure(self._score_reason(score_result))
+        results = run.out / "results.json"
         if not results.is_file():
             raise JobFailure("the score stage ended without writing results.json")
         return results
@@ -467,7 +521,7 @@ class ContainerExecutor:
         except ImageBuildError as error:
             raise JobFailure(f"building the submission's image failed (its requirements?): {error}") from None
 
-    def _prepare(
+    def _run_prepare_stage(
         self,
         job_dir: Path,
         models: list[Mount],

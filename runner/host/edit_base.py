@@ -1,6 +1,6 @@
 """What the edit image takes out of the runner image: every benchmark text (the edit stage sees no test set).
 
-Run as the first step of every edit image's build (runner/images.py), as root, before anything of the
+Run as the first step of every edit image's build (runner/host/images.py), as root, before anything of the
 submission enters the image, so the layer is shared by all submissions of one runner image::
 
     questions = every question of every installed dataset version (read before anything goes)
@@ -13,7 +13,7 @@ submission enters the image, so the layer is shared by all submissions of one ru
 The files stay in the runner image's lower layers, which nothing inside a container can read: a removed
 file is hidden by the overlay file system. The score stage runs from the runner image itself, dataset and all.
 
-Command line: ``python3 -m knowgic.runner.edit_base``.
+Command line: ``python3 -m knowgic.runner.host.edit_base``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from knowgic.dataset.loading import load_cases
+from knowgic.dataset.versions import available_versions, dataset_installed
 from knowgic.paths import PACKAGE_DIR, spec_dir
 
 SOURCE_COPY = Path("/opt/knowgic")
@@ -36,9 +38,6 @@ SCANNED = (Path("/opt"), Path("/home"), Path("/root"), Path("/cache"), Path("/re
 
 def benchmark_questions() -> set[str]:
     """Every chain and broader-context question of every installed dataset version."""
-    from knowgic.dataset.loading import load_cases
-    from knowgic.dataset.versions import available_versions, dataset_installed
-
     if not dataset_installed():
         raise SystemExit("error: no dataset installed here: nothing to check the edit image against")
     questions: set[str] = set()

@@ -6,10 +6,10 @@ Three images, each built FROM the one before::
               a Debian bookworm made here with debootstrap (python3.11 + pip), imported with `docker import`
     runner    the top-level Dockerfile: the package with its runner extras, pinned (docker/requirements.lock);
               the trusted score stage runs in it and nothing of a submission ever enters it
-    edit      runner minus every benchmark text (runner/edit_base.py) + one submission's files (/submission)
+    edit      runner minus every benchmark text (runner/host/edit_base.py) + one submission's files (/submission)
               and its requirements, tagged by the submission's sha256 and the runner image's id, so a
               submission is built once per runner image. Its requirements are wheels only, fetched first
-              (runner/wheels.py, in a container of the runner image), then installed in a build with no
+              (runner/intake/wheels.py, in a container of the runner image), then installed in a build with no
               network as the non-root user: no submitted code runs as root or with the network, ever
 
 Builds use the engine's classic builder through the docker SDK, so the Dockerfile orders its layers for the
@@ -35,12 +35,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
+from knowgic import __version__
+from knowgic.dataset.versions import available_versions
 from knowgic.errors import KnowgicError
+from knowgic.runner.host.sandbox import Mount, SandboxLimits, run_sandboxed
 
 if TYPE_CHECKING:
-    from knowgic.runner.submission import Submission
-
     import docker
+    from knowgic.runner.intake.submission import Submission
 
 DEFAULT_BASE_IMAGE = "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"
 LOCAL_BASE_IMAGE = "knowgic-base:bookworm"
@@ -68,8 +70,6 @@ def _quiet(_: str) -> None:
 
 
 def knowgic_version() -> str:
-    from knowgic import __version__
-
     return __version__
 
 
@@ -230,7 +230,7 @@ def find_torch_wheel(dest: Path, version: str | None = None) -> Path:
             raise ImageBuildError(f"KNOWGIC_TORCH_WHEEL={named}: no such file")
         return path
     if version is None:
-        import torch
+        import torch  # only here: the worker host imports no torch otherwise
 
         version = torch.__version__.split("+")[0]
     dest.mkdir(parents=True, exist_ok=True)
@@ -250,8 +250,8 @@ def find_torch_wheel(dest: Path, version: str | None = None) -> Path:
 
 
 def repository_root() -> Path:
-    """The checkout holding the top-level Dockerfile (the runner package's parent folder)."""
-    root = Path(__file__).resolve().parent.parent
+    """The checkout holding the top-level Dockerfile (two folders above this file, runner/host/)."""
+    root = Path(__file__).resolve().parents[2]
     if not (root / "Dockerfile").is_file():
         raise ImageBuildError(f"no Dockerfile in {root}: build the runner image from a source checkout")
     return root
@@ -348,8 +348,6 @@ def _git_commit(root: Path) -> str:
 
 
 def _dataset_versions() -> str:
-    from knowgic.dataset.versions import available_versions
-
     return ",".join(available_versions())
 
 
@@ -414,8 +412,8 @@ def _edit_dockerfile(runner_image: str, has_requirements: bool) -> str:
     lines = [
         f"FROM {runner_image}",
         "USER root",
-        # Before anything of the submission: the image keeps no benchmark text (runner/edit_base.py).
-        "RUN python3 -m knowgic.runner.edit_base",
+        # Before anything of the submission: the image keeps no benchmark text (runner/host/edit_base.py).
+        "RUN python3 -m knowgic.runner.host.edit_base",
         f"COPY submission/ {SUBMISSION_DIR}/",
         # Readable by the sandbox's user, writable by nobody: the running editor cannot change its own code.
         f"RUN chown -R root:root {SUBMISSION_DIR} && chmod -R a+rX,go-w {SUBMISSION_DIR}",
@@ -450,14 +448,12 @@ def fetch_wheels(
     log: _LOG = _quiet,
 ) -> list[str]:
     """Resolve ``requirements`` against the runner image's packages and download the wheels it lacks into
-    ``folder/wheels`` (:mod:`knowgic.runner.wheels`, in a container of the runner image: trusted code, the non-root
+    ``folder/wheels`` (:mod:`knowgic.runner.intake.wheels`, in a container of the runner image: trusted code, the non-root
     user, a read-only root, with the network, which pip needs and nothing of the submission gets).
 
     ``find_links`` (default ``$KNOWGIC_FIND_LINKS``): a host folder of wheels pip may take besides the
     index (``$PIP_INDEX_URL`` when set). Returns the pinned ``name==version`` of the wheels fetched.
     """
-    from knowgic.runner.sandbox import Mount, SandboxLimits, run_sandboxed
-
     inputs, out = folder / "in", folder / "out"
     inputs.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -468,7 +464,7 @@ def fetch_wheels(
     command = [
         "python3",
         "-m",
-        "knowgic.runner.wheels",
+        "knowgic.runner.intake.wheels",
         "--requirements",
         "/in/requirements.txt",
         "--out",
@@ -519,7 +515,7 @@ def build_edit_image(
     log: _LOG = _quiet,
 ) -> BuiltImage:
     """The edit-stage image of ``submission``: the runner image without the benchmark's texts
-    (:mod:`knowgic.runner.edit_base`) + /submission + its ``requirements``, installed from wheels.
+    (:mod:`knowgic.runner.host.edit_base`) + /submission + its ``requirements``, installed from wheels.
 
     Cached by the submission's sha256 and the runner image's id. The wheels are fetched first
     (:func:`fetch_wheels`); the build itself has no network, and installs them as the non-root user.

@@ -1,9 +1,9 @@
 """The worker: claims jobs, has an executor run them, checks and stores what comes back.
 
 The worker is trusted host code, and light: it imports no torch and no executor. The command line hands it
-the executor that runs the submission (:class:`knowgic.runner.containers.ContainerExecutor`: the prepare and
+the executor that runs the submission (:class:`knowgic.runner.host.containers.ContainerExecutor`: the prepare and
 score stages in the project's own image, the edit stage in a sandboxed container with the submission's
-code); the contract between them is :mod:`knowgic.runner.job`. Submitted code never runs in this process: there
+code); the contract between them is :mod:`knowgic.runner.stages.contract`. Submitted code never runs in this process: there
 is deliberately no executor that imports a submission here.
 
 For each claimed job::
@@ -27,7 +27,7 @@ queue's heartbeats; a live worker's stay.
 
 SIGTERM or SIGINT stops the worker: the current job goes back to PENDING (no attempt counted) and the
 worker exits. A worker killed outright (SIGKILL, power loss) stops sending heartbeats; another worker's
-:meth:`~knowgic.runner.queue.JobQueue.recover_stale` gives the job back after the grace period. When the dead
+:meth:`~knowgic.runner.queue.queue.JobQueue.recover_stale` gives the job back after the grace period. When the dead
 worker had already stored the results, the next one finds the entry and finishes the job with it, so a
 result is never stored twice.
 """
@@ -50,13 +50,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from knowgic.runner.job import JOB_FOLDER_OWNER, JOB_FOLDER_PREFIX, JobExecutor, JobFailure
-from knowgic.runner.queue import Job, JobLost, JobQueue
-from knowgic.runner.signing import Signer, load_signer
-from knowgic.runner.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS
-from knowgic.runner.store import ResultsStore, StoreFileError, verify_results
-
 from knowgic.errors import KnowgicError
+from knowgic.runner.host.sandbox import host_has_gpu
+from knowgic.runner.queue.queue import Job, JobLost, JobQueue
+from knowgic.runner.queue.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS
+from knowgic.runner.stages.contract import JOB_FOLDER_OWNER, JOB_FOLDER_PREFIX, JobExecutor, JobFailure
+from knowgic.runner.store.signing import Signer, load_signer
+from knowgic.runner.store.store import ResultsStore, StoreFileError, verify_results
 
 
 class WorkerStopped(BaseException):
@@ -80,8 +80,6 @@ class JobTakenAway(BaseException):
 def detect_gpus() -> bool:
     """True when this host has an NVIDIA GPU the container engine can hand on (``nvidia-smi -L``); the
     worker host needs no torch to know it."""
-    from knowgic.runner.sandbox import host_has_gpu
-
     return host_has_gpu()
 
 
@@ -306,7 +304,7 @@ def run_job(
 ) -> Job:
     """Run one claimed job to FINISHED or FAILED (or back to PENDING when the worker is stopped).
 
-    ``signer``: the worker's key that signs the stored entry (default: :func:`knowgic.runner.signing.load_signer`)."""
+    ``signer``: the worker's key that signs the stored entry (default: :func:`knowgic.runner.store.signing.load_signer`)."""
     signer = signer or load_signer()
 
     log = _JobLog(queue, job.job_id, worker_id)
@@ -425,7 +423,7 @@ def run_worker(
     ``once``: run at most one job, and return at once when none is PENDING. ``drain``: run jobs until none
     is PENDING, then return (batch runs). ``grace_seconds``: how long a
     RUNNING job may go without a heartbeat before it is recovered (keep it several heartbeats long).
-    ``signer``: this worker's key (default: :func:`knowgic.runner.signing.load_signer`); the worker refuses to
+    ``signer``: this worker's key (default: :func:`knowgic.runner.store.signing.load_signer`); the worker refuses to
     start without one, because what it stores would not read as verified.
     """
     signer = signer or load_signer()

@@ -1,0 +1,124 @@
+"""Submissions: a folder, ``.tar.gz`` or ``.zip`` with ``submission.yaml`` at its root, loaded safely.
+
+A submission is untrusted input. :func:`load_submission` unpacks it within limits
+(:mod:`knowgic.runner.intake.archive`), validates its ``submission.yaml``
+(:mod:`knowgic.runner.intake.manifest`) and packs the normalised ``.tar.gz`` whose sha256 names it;
+:func:`submit` stores that archive and enqueues the submission's jobs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from knowgic.runner.intake.archive import SubmissionError, SubmissionLimits, unpack, write_normalised_archive
+from knowgic.runner.intake.manifest import (
+    MANIFEST_NAME,
+    check_manifest,
+    hparams_for,
+    manifest_root,
+    read_yaml_file,
+    validate_manifest,
+)
+
+if TYPE_CHECKING:
+    from knowgic.runner.queue.queue import Job, JobQueue
+    from knowgic.runner.store.store import ResultsStore
+
+DEFAULT_LIMITS = SubmissionLimits()
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A loaded, validated submission.
+
+    ``manifest``: ``submission.yaml`` validated, with defaults filled (``modes``: [independent],
+    ``dataset_version``: the latest). ``root``: the unpacked safe copy (``submission.yaml`` at its root).
+    ``archive``: the normalised ``.tar.gz`` of ``root``; ``sha256``: the sha256 of its bytes.
+    """
+
+    manifest: dict[str, Any]
+    root: Path
+    archive: Path
+    sha256: str
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest["name"])
+
+    @property
+    def version(self) -> str:
+        return str(self.manifest["version"])
+
+    def hparams_for(self, model: str) -> dict[str, Any]:
+        """The hyper-parameters this submission gives for ``model`` (see :func:`hparams_for`)."""
+        return hparams_for(self.manifest, self.root, model)
+
+
+def load_submission(path: str | Path, workdir: Path, limits: SubmissionLimits = DEFAULT_LIMITS) -> Submission:
+    """Unpack (or copy) a submission safely into ``workdir``, validate it and pack it normalised.
+
+    ``workdir`` must be empty or missing; it receives ``unpacked/`` and ``submission.tar.gz``.
+    Raises :class:`SubmissionError` with one line naming the problem.
+    """
+    source = Path(path)
+    workdir = Path(workdir)
+    if not source.exists():
+        raise SubmissionError(f"submission {source} does not exist")
+    workdir.mkdir(parents=True, exist_ok=True)
+    unpacked = workdir / "unpacked"
+    if unpacked.exists():
+        raise SubmissionError(f"working folder {workdir} already holds an unpacked submission")
+    unpacked.mkdir()
+    unpack(source, unpacked, limits)
+    root = manifest_root(unpacked, str(source))
+    shown = f"{source}: {MANIFEST_NAME}" if not source.is_dir() else str(source / MANIFEST_NAME)
+    manifest_path = root / MANIFEST_NAME
+    raw = read_yaml_file(manifest_path, shown, limits.max_manifest_bytes)
+    validate_manifest(raw, manifest_path, shown)
+    manifest = check_manifest(raw, root, shown)
+    archive = workdir / "submission.tar.gz"
+    sha = write_normalised_archive(root, archive)
+    return Submission(manifest=manifest, root=root, archive=archive, sha256=sha)
+
+
+def submit(
+    path: str | Path,
+    store: ResultsStore,
+    queue: JobQueue,
+    *,
+    limit: int | None = None,
+    workdir: Path | None = None,
+    limits: SubmissionLimits = DEFAULT_LIMITS,
+) -> tuple[Submission, list[Job]]:
+    """Validate a submission, store its normalised archive and enqueue its jobs.
+
+    Without ``workdir`` the unpacked copy is removed afterwards and the returned ``archive`` is the
+    store's copy. ``limit`` (smoke runs only) scores the first N cases.
+    """
+    own = workdir is None
+    work = Path(tempfile.mkdtemp(prefix="knowgic-submit-")) if own else Path(workdir)  # type: ignore[arg-type]
+    try:
+        submission = load_submission(path, work, limits)
+        sha = store.put_submission(submission.archive)
+        if sha != submission.sha256:  # pragma: no cover - the store hashes the same bytes
+            raise SubmissionError(f"stored archive hash {sha} differs from {submission.sha256}")
+        jobs = queue.enqueue(submission, limit=limit)
+        if own:
+            stored = store.submission_path(sha)
+            assert stored is not None
+            submission = replace(submission, archive=stored)
+        return submission, jobs
+    finally:
+        if own:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def unpack_stored_archive(
+    archive: Path, workdir: Path, limits: SubmissionLimits = DEFAULT_LIMITS
+) -> Submission:
+    """Load a stored (normalised) archive again, e.g. on a worker; same checks as :func:`load_submission`."""
+    return load_submission(archive, workdir, limits)

@@ -1,0 +1,125 @@
+"""The prepare stage (trusted; the project's image, with the dataset): what the edit stage may know.
+
+:func:`run_prepare_stage` reads the dataset and writes ``requests.json``
+(:class:`knowgic.runner.stages.contract.EditRequests`: the distinct edit requests in order, and the mode
+that groups them), plus the key statistics the job's hparams name (:func:`key_statistics`), which the
+edit stage cannot compute because it holds no benchmark text. No submitted code runs here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
+from knowgic.editors.arch import arch_for
+from knowgic.editors.layer_stats import model_identity, model_revision, second_moments
+from knowgic.editors.rome.hparams import ROMEHyperParams
+from knowgic.editors.rome.weights import resolve_layers
+from knowgic.errors import KnowgicError
+from knowgic.evaluation.evaluate import check_request
+from knowgic.evaluation.plan import build_plan
+from knowgic.models.loading import load_model
+from knowgic.runner.stages.contract import REQUESTS_FILE, EditRequests, JobSpec
+from knowgic.runner.stages.resolve import REPLAY_EDITOR, evaluation_request, resolved
+
+if TYPE_CHECKING:
+    from knowgic.models.base import LoadedModel
+
+
+def edit_requests(spec: JobSpec) -> EditRequests:
+    """The job's distinct edit requests in plan order, from the dataset (trusted side only)."""
+    spec = resolved(spec)
+    ref = dataset_ref(spec.dataset_version, config="chains")
+    plan = build_plan(load_cases(ref.version), load_aliases(ref.version), limit=spec.limit)
+    return EditRequests.of(str(spec.mode), ref.version, [edit.request for edit in plan.edits])
+
+
+@dataclass(frozen=True)
+class KeyStatistics:
+    """The second moments a job's hparams name (the ROME/MEMIT/AlphaEdit conventions): C = E[k kᵀ] at the
+    MLP output projection of each of ``layers``, over ``sample_count`` documents of ``corpus``."""
+
+    layers: tuple[int, ...]
+    corpus: str
+    sample_count: int
+    dtype: str
+    batch_tokens: int
+
+
+def key_statistics(hparams: dict[str, Any]) -> KeyStatistics | None:
+    """What :func:`run_prepare_stage` computes for ``hparams``: None unless they name ``layers`` and a
+    ``mom2_*`` setting with ``mom2_adjustment`` left on; missing settings take ROME's defaults."""
+    layers = hparams.get("layers")
+    named = any(key.startswith("mom2_") for key in hparams)
+    if not named or hparams.get("mom2_adjustment", True) is False or not isinstance(layers, list):
+        return None
+    if not layers or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers):
+        return None
+    defaults = {f.name: f.default for f in fields(ROMEHyperParams)}
+
+    def value(name: str, kind: type) -> Any:
+        found = hparams.get(name, defaults[name])
+        if not isinstance(found, kind) or isinstance(found, bool):
+            raise KnowgicError(f"hparams {name}: expected {kind.__name__}, got {found!r}")
+        return found
+
+    return KeyStatistics(
+        layers=tuple(layers),
+        corpus=value("mom2_dataset", str),
+        sample_count=value("mom2_n_samples", int),
+        dtype=value("mom2_dtype", str),
+        batch_tokens=value("mom2_batch_tokens", int),
+    )
+
+
+def run_prepare_stage(
+    spec: JobSpec,
+    job_dir: str | Path,
+    stats_dir: str | Path | None = None,
+    *,
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
+    loaded: LoadedModel | None = None,
+) -> EditRequests:
+    """Write ``requests.json`` (the job's edit requests) into ``job_dir``, and into ``stats_dir`` the key
+    statistics the hparams name (:func:`key_statistics`), unless already there. No submitted code runs
+    here: the stage reads the dataset, which the edit stage never sees."""
+    spec = resolved(spec)
+    check_request(evaluation_request(spec, editor=REPLAY_EDITOR))  # mode, protocol, dataset version
+    requests = edit_requests(spec)
+    needed = key_statistics(spec.hparams)
+    if needed is not None and stats_dir is not None:
+        if loaded is None:
+            loaded = load_model(spec.model, dtype=spec.dtype, device=spec.device, progress=progress)
+        model = loaded.model
+        modules = [
+            arch_for(model).mlp_out.format(layer) for layer in resolve_layers(model, needed.layers, "job")
+        ]
+        started = time.perf_counter()
+        second_moments(
+            model,
+            loaded.tokenizer,
+            modules,
+            model_id=model_identity(model),
+            model_revision=model_revision(model),
+            corpus=needed.corpus,
+            sample_count=needed.sample_count,
+            dtype=needed.dtype,
+            batch_tokens=needed.batch_tokens,
+            progress=progress,
+            root=Path(stats_dir),
+        )
+        if log is not None:
+            log(
+                f"prepare stage: key statistics of {', '.join(modules)} ({needed.corpus}, "
+                f"{needed.sample_count} documents) ready in {time.perf_counter() - started:.1f} s"
+            )
+    path = requests.write(Path(job_dir) / REQUESTS_FILE)
+    path.chmod(0o644)
+    if log is not None:
+        log(f"prepare stage: {len(requests.edits)} edit requests written")
+    return requests
