@@ -15,11 +15,13 @@ from knowgic.editors.ice import InContextEditor
 from knowgic.editors.none import NoEdit
 from knowgic.errors import KnowgicError, RestoreError
 from knowgic.evaluation.harness import run_edits
-from knowgic.evaluation.outcomes import collect_outcomes, compute_metrics
+from knowgic.evaluation.outcomes import collect_outcomes
 from knowgic.evaluation.plan import EvalPlan, build_plan
+from knowgic.evaluation.scored import scored_block
 from knowgic.records import Case, EditRequest
 from knowgic.scoring.base import Scores
 from knowgic.scoring.logprob import LogprobScorer
+from knowgic.spec import benchmark_spec
 from tests.conftest import UPSTREAM_CHAINS
 
 
@@ -188,7 +190,7 @@ def test_fallback_neighbours_are_scored_only_when_used(random_gpt2) -> None:
     out = collect_outcomes(plan, run)
     assert out.neighbourhoods[edit.edit_id] == "other-graphs"
     assert [n.fact for n in out.neighbours] == [n.fact for n in edit.fallback]
-    metrics = compute_metrics(out)
+    metrics = scored_block(plan, run, benchmark_spec())["metrics"]
     assert metrics["specificity_other_graphs"]["n"] == 3
     assert metrics["specificity_same_relation"]["value"] is None
 
@@ -199,6 +201,6 @@ def test_fallback_neighbours_are_scored_only_when_used(random_gpt2) -> None:
     assert same_queries <= scored and not fallback_only & scored
     out = collect_outcomes(plan, run)
     assert out.neighbourhoods[edit.edit_id] == "same-relation"
-    metrics = compute_metrics(out)
+    metrics = scored_block(plan, run, benchmark_spec())["metrics"]
     assert metrics["specificity_same_relation"]["n"] == 1
     assert metrics["specificity_other_graphs"]["value"] is None
