@@ -289,12 +289,12 @@ def null_table(
 
 
 def _populations_command(args: argparse.Namespace) -> int:
-    from knowgic.evaluation.results import load_results
+    from knowgic.results import read_results
 
     out: dict[str, Any] = {}
     for folder in args.runs:
         path = Path(folder)
-        document = load_results(path / "results.json" if path.is_dir() else path)
+        document = read_results(path / "results.json" if path.is_dir() else path)
         name = f"{document['config']['editor']} on {document['config']['model']}"
         pop = population_of_document(name, document)
         out[name] = {p: {"a": a.tolist(), "b": b.tolist()} for p, (a, b) in pop.sums.items()}

@@ -108,7 +108,9 @@ def check_document(data: Any, where: str) -> None:
         more = f"; and {len(errors) - MAX_PROBLEMS_SHOWN} more" if len(errors) > MAX_PROBLEMS_SHOWN else ""
         raise KnowgicError(f"{where} does not follow results.schema.json: {shown}{more}")
     if data["sha256"] != content_sha256(data):
-        raise KnowgicError(f"{where}: recorded sha256 does not match its content (edited after it was written?)")
+        raise KnowgicError(
+            f"{where}: recorded sha256 does not match its content (edited after it was written?)"
+        )
 
 
 def finalize(document: dict[str, Any]) -> dict[str, Any]:

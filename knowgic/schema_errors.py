@@ -48,6 +48,14 @@ def json_pointer(path: Iterable[Any]) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
 
 
+def _as_clause(description: str) -> str:
+    """A field's description inside a sentence: "Version of X." -> "version of X" (an acronym kept)."""
+    text = description.strip().rstrip(".")
+    if len(text) > 1 and text[0].isupper() and not text[1].isupper():
+        text = text[0].lower() + text[1:]
+    return text
+
+
 def explain(error: ValidationError) -> str:
     """What the schema expected, in words."""
     kind, value, inst, schema = error.validator, error.validator_value, error.instance, error.schema
@@ -71,7 +79,7 @@ def explain(error: ValidationError) -> str:
     if kind == "minLength":
         return "expected a non-empty string" if value == 1 else f"expected at least {value} characters"
     if kind == "pattern":
-        what = desc or f"a string matching {value}"
+        what = _as_clause(desc) if desc else f"a string matching {value}"
         return f"expected {what}, got {short(inst)}"
     if kind == "minItems":
         return f"expected at least {value} item{'s' if value != 1 else ''}, got {len(inst)}"

@@ -29,6 +29,7 @@ import jsonschema
 
 from knowgic.errors import KnowgicError
 from knowgic.paths import spec_dir
+from knowgic.schema_errors import first_error_line
 from knowgic.yamlfile import read_yaml
 
 KINDS = {
@@ -139,13 +140,9 @@ class BenchmarkSpec:
 
 
 def _schema_problem(data: Any) -> str | None:
-    """The first problem the JSON Schema finds, as ``metrics.ifr.direction: <what is wrong>``."""
+    """The first problem the JSON Schema finds, as ``/metrics/ifr/direction: <what was expected>``."""
     schema = json.loads((spec_dir() / "schemas" / "benchmark.schema.json").read_text(encoding="utf-8"))
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(data))
-    if error is None:
-        return None
-    where = ".".join(str(p) for p in error.absolute_path) or "(top level)"
-    return f"{where}: {error.message}"
+    return first_error_line(jsonschema.Draft202012Validator(schema).iter_errors(data))
 
 
 def _metric(name: str, entry: dict[str, Any]) -> MetricSpec:
@@ -172,22 +169,22 @@ def _cross_problem(data: dict[str, Any], metrics: dict[str, MetricSpec]) -> str 
     """What the schema cannot say: a default that names nothing declared, bounds the wrong way round, a
     composite of undeclared or composite metrics."""
     if data["default_mode"] not in data["modes"]:
-        return f"default_mode {data['default_mode']!r} is not one of the modes {', '.join(data['modes'])}"
+        return f"/default_mode: {data['default_mode']!r} is not one of the modes {', '.join(data['modes'])}"
     if data["default_protocol"] not in data["protocols"]:
         return (
-            f"default_protocol {data['default_protocol']!r} is not one of the declared protocols "
+            f"/default_protocol: {data['default_protocol']!r} is not one of the declared protocols "
             f"{', '.join(data['protocols'])}"
         )
     for metric in metrics.values():
         low, high = metric.bounds
         if low is not None and high is not None and low >= high:
             return (
-                f"metrics.{metric.name}.bounds must be [low, high] with low < high, got [{low:g}, {high:g}]"
+                f"/metrics/{metric.name}/bounds: expected [low, high] with low < high, got [{low:g}, {high:g}]"
             )
         unknown = [o for o in metric.of if o not in metrics or metrics[o].kind == "composite"]
         if unknown:
             return (
-                f"metrics.{metric.name}.of names {', '.join(unknown)}, which is not a declared metric (or is "
+                f"/metrics/{metric.name}/of: names {', '.join(unknown)}, which is not a declared metric (or is "
                 "itself a composite)"
             )
     return None

@@ -22,9 +22,9 @@ from urllib.parse import quote
 
 import pandas as pd
 
-from knowgic.evaluation.results import content_sha256
 from knowgic.formatting import FEW_EDITS_MARK, UNDEFINED, few_edits_note, format_interval, format_number
 from knowgic.intervals import FEW_EDITS
+from knowgic.results import content_sha256
 from knowgic.runner.store.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
 from knowgic.spec import MetricSpec, benchmark_spec
 from knowgic.yamlfile import read_yaml

@@ -39,7 +39,7 @@ from typing import Any
 from tqdm import tqdm
 
 from knowgic.errors import KnowgicError
-from knowgic.evaluation.results import content_sha256
+from knowgic.results import content_sha256
 from knowgic.runner.store.store import STORE_VERSION, ResultsStore, local_entry_id
 
 CHROMIUM = "/usr/bin/chromium"

@@ -17,14 +17,9 @@ from knowgic.cli import main
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.commands import print_results
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
-from knowgic.evaluation.results import (
-    check_writable,
-    content_sha256,
-    load_results,
-    validation_errors,
-    write_run_outputs,
-)
+from knowgic.evaluation.outputs import check_writable, write_run_outputs
 from knowgic.paths import spec_dir
+from knowgic.results import content_sha256, read_results, validation_errors
 from knowgic.spec import benchmark_spec, read_spec
 
 
@@ -81,7 +76,7 @@ def test_results_document(identity_run) -> None:
         assert all(record["reasons"].values())
     assert any(record["reasons"] for record in doc["per_edit"])  # 2 edits have no question form
     # What was written is what was returned, and it verifies.
-    written = load_results(identity_run.results_path)
+    written = read_results(identity_run.results_path)
     assert written == doc
     for plot in identity_run.plot_paths:
         assert plot.stat().st_size > 1000
@@ -128,7 +123,7 @@ def test_tampered_results_are_refused(identity_run, tmp_path) -> None:
     path = tmp_path / "results.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(KnowgicError, match="sha256 does not match"):
-        load_results(path)
+        read_results(path)
 
 
 def test_in_context_editing_lowers_ifr(knowgic_tiny) -> None:
@@ -307,7 +302,7 @@ def test_outputs_have_normal_permissions(identity_run, tmp_path, umask: int) -> 
     for path in (results, *plots):
         assert stat.S_IMODE(path.stat().st_mode) == 0o644 & ~umask, path
     assert stat.S_IMODE(results.parent.stat().st_mode) == 0o755 & ~umask
-    assert load_results(results) == identity_run.document
+    assert read_results(results) == identity_run.document
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["run"]
     assert sorted(p.name for p in results.parent.iterdir()) == [
         "ifr_by_length.png",

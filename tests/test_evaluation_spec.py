@@ -68,28 +68,43 @@ def test_request_defaults_come_from_the_spec(tmp_path, use_spec) -> None:
     [
         (
             lambda d: d["metrics"]["ifr"].update(direction="down"),
-            r"metrics\.ifr\.direction: 'down' is not one",
+            r"/metrics/ifr/direction: expected one of \"lower\", \"higher\", got 'down'",
         ),
-        (lambda d: d["metrics"]["efficacy"].update(version=0), r"metrics\.efficacy\.version: 0 is less than"),
+        (
+            lambda d: d["metrics"]["efficacy"].update(version=0),
+            r"/metrics/efficacy/version: expected a number >= 1, got 0",
+        ),
         (
             lambda d: d["metrics"]["preservation"].pop("label"),
-            r"metrics\.preservation: 'label' is a required",
+            r"/metrics/preservation: missing required field 'label'",
         ),
-        (lambda d: d["metrics"]["ifr"].update(kind="mean"), r"metrics\.ifr\.kind: 'mean' is not one of"),
-        (lambda d: d["metrics"]["ifr"].update(bounds=[1, 0]), r"metrics\.ifr\.bounds must be \[low, high\]"),
-        (lambda d: d["metrics"]["ifr"].update(colour="red"), r"metrics\.ifr: Additional properties"),
-        (lambda d: d["metrics"]["deep_editing_score"].pop("of"), r"metrics\.deep_editing_score: 'of' is a"),
-        (lambda d: d["metrics"]["deep_editing_score"].update(of=["ifr", "x"]), r"of names x"),
-        (lambda d: d.update(default_mode="parallel"), "default_mode 'parallel'"),
-        (lambda d: d.update(default_protocol="telepathy"), "default_protocol 'telepathy'"),
-        (lambda d: d.pop("modes"), "'modes' is a required property"),
+        (
+            lambda d: d["metrics"]["ifr"].update(kind="mean"),
+            r"/metrics/ifr/kind: expected one of \"edit_outcome\", .* got 'mean'",
+        ),
+        (
+            lambda d: d["metrics"]["ifr"].update(bounds=[1, 0]),
+            r"/metrics/ifr/bounds: expected \[low, high\] with low < high, got \[1, 0\]",
+        ),
+        (lambda d: d["metrics"]["ifr"].update(colour="red"), r"/metrics/ifr: unknown field 'colour'"),
+        (
+            lambda d: d["metrics"]["deep_editing_score"].pop("of"),
+            r"/metrics/deep_editing_score: missing required field 'of'",
+        ),
+        (
+            lambda d: d["metrics"]["deep_editing_score"].update(of=["ifr", "x"]),
+            r"/metrics/deep_editing_score/of: names x",
+        ),
+        (lambda d: d.update(default_mode="parallel"), "/default_mode: 'parallel' is not one of the modes"),
+        (lambda d: d.update(default_protocol="telepathy"), "/default_protocol: 'telepathy' is not one of"),
+        (lambda d: d.pop("modes"), "/: missing required field 'modes'"),
         (
             lambda d: d["dataset"]["versions"]["1.1.0"].update(sha256="x"),
-            r"dataset\.versions\.1\.1\.0\.sha256",
+            r"/dataset/versions/1\.1\.0/sha256: expected a string matching",
         ),
         (
             lambda d: d["protocols"]["generate"].update(known_threshold=2),
-            r"protocols\.generate\.known_threshold",
+            r"/protocols/generate/known_threshold: expected a number <= 1, got 2",
         ),
     ],
 )

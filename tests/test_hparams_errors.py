@@ -151,7 +151,7 @@ def test_every_shipped_yaml_file_reads() -> None:
 
 def test_a_broken_results_file_lists_its_problems_with_pointers(capsys, tmp_path: Path) -> None:
     """A results.json given to summarize: every problem (up to the cap) with its pointer, quoted briefly."""
-    from knowgic.evaluation.results import MAX_PROBLEMS_SHOWN
+    from knowgic.results import MAX_PROBLEMS_SHOWN
 
     path = tmp_path / "results.json"
     path.write_text(json.dumps({"huge": "y" * 1_000_000}), encoding="utf-8")

@@ -82,10 +82,19 @@ def test_edit_requests_carry_the_edits_and_nothing_of_the_chains() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d["edits"][0].update(edit_id="x"), "at /edits/0/edit_id: 'x' does not match"),
+        (
+            lambda d: d["edits"][0].update(edit_id="x"),
+            "at /edits/0/edit_id: expected the request's id: the first 12 hex digits",
+        ),
         (lambda d: d["edits"][1].update(position=7), "at /edits/1/position: expected 1, got 7"),
-        (lambda d: d["edits"][0].update(chain={"questions": []}), "at /edits/0: Additional properties"),
-        (lambda d: d.update(mode="shuffled"), "at /mode: 'shuffled' is not one of"),
+        (
+            lambda d: d["edits"][0].update(chain={"questions": []}),
+            "at /edits/0: unknown field 'chain' \\(allowed: edit_id, position, request\\)",
+        ),
+        (
+            lambda d: d.update(mode="shuffled"),
+            'at /mode: expected one of "independent", "sequential", got \'shuffled\'',
+        ),
     ],
 )
 def test_a_malformed_requests_file_is_one_line(change: Any, message: str) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from knowgic.cli import main
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
-from knowgic.evaluation.results import content_sha256
+from knowgic.results import content_sha256
 from knowgic.runner.store.signing import load_signer
 from knowgic.runner.store.store import ResultsStore, local_entry_id
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
-from knowgic.evaluation.results import content_sha256
 from knowgic.leaderboard import views
 from knowgic.leaderboard.table import ALL_MODELS
 from knowgic.leaderboard.timing import fill_store
+from knowgic.results import content_sha256
 from knowgic.runner.store.signing import generate_key, load_signer
 from knowgic.runner.store.store import ResultsStore, local_entry_id
 from tests.test_leaderboard import ALL_COLUMNS, free_port, table, wait_verified, write_submission

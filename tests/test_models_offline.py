@@ -102,13 +102,13 @@ def _prob(loaded, prompt: str, subject: str, answer: str) -> float:
 def test_gemma3_270m_unedited_run_has_active_chains(tmp_path) -> None:
     """All of KnowGIC with the no-op editor: a schema-valid document, some active chains, IFR = 1."""
     from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
-    from knowgic.evaluation.results import load_results
+    from knowgic.results import read_results
 
     _require("gemma3-270m")
     run = evaluate(
         EvaluationRequest(model="gemma3-270m", editor="none", out_dir=tmp_path / "none"), progress=False
     )
-    doc = load_results(run.results_path)  # validates the schema and the document's own hash
+    doc = read_results(run.results_path)  # validates the schema and the document's own hash
     counts, metrics = doc["counts"], doc["metrics"]
     assert counts["edits"] == 26 and counts["chains"] == 1406
     # Gemma 3 270M knows part of KnowGIC (Harry Potter -> Hogwarts ...), far from all of it.
@@ -163,7 +163,7 @@ def test_gemma3_270m_memit_writes_through_the_post_mlp_norm() -> None:
 def test_smollm2_135m_generate_protocol_through_the_chat_template(tmp_path) -> None:
     """A chat model under the paper's protocol, with in-context editing: a complete, valid document."""
     from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
-    from knowgic.evaluation.results import load_results
+    from knowgic.results import read_results
 
     _require("smollm2-135m")
     run = evaluate(
@@ -177,7 +177,7 @@ def test_smollm2_135m_generate_protocol_through_the_chat_template(tmp_path) -> N
         ),
         progress=False,
     )
-    doc = load_results(run.results_path)
+    doc = read_results(run.results_path)
     assert doc["config"]["protocol_params"]["chat"] is True
     assert doc["counts"]["edits"] == 1
     # Few chains are active on this model; every metric is a number or null with a reason.

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from knowgic.cli import main
-from knowgic.evaluation.results import RUN_FILE_NAMES, write_run_outputs
+from knowgic.evaluation.outputs import RUN_FILE_NAMES, write_run_outputs
 
 EVALUATE = ["evaluate", "--model", "knowgic-tiny", "--limit", "1"]
 
@@ -184,7 +184,7 @@ def test_sweep_refuses_a_folder_that_is_one_run(capsys, existing: Path) -> None:
 
 def test_overwrite_without_an_atomic_exchange(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the system offers no exchange of two folders, two renames replace the run, leaving nothing."""
-    import knowgic.evaluation.results as results
+    import knowgic.results as results
 
     monkeypatch.setattr(results, "_exchange", lambda first, second: False)
     out = tmp_path / "run"

@@ -24,10 +24,10 @@ from knowgic.dataset.validate import validate_folder
 from knowgic.editors.hparams import load_hparams
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
-from knowgic.evaluation.results import load_results, validation_errors
 from knowgic.measure.compare import IFR_CHECK_RULE, ifr_check
 from knowgic.recompute import check_results
 from knowgic.records import Case
+from knowgic.results import read_results, validation_errors
 from knowgic.runner.stages.cli import main
 from knowgic.runner.stages.contract import JobSpec
 from knowgic.runner.stages.edit import run_edit_stage
@@ -123,7 +123,7 @@ def split_run(
         progress=False,
         loaded=knowgic_tiny,
     ).document
-    return {"document": load_results(path), "reference": reference, "path": path}
+    return {"document": read_results(path), "reference": reference, "path": path}
 
 
 def test_public_figures_are_those_of_a_run_without_the_private_split(split_run: dict[str, Any]) -> None:
@@ -198,7 +198,7 @@ def test_the_score_command_takes_the_private_split(knowgic_tiny, holdout: Path, 
     args = ["score", "--job", str(job), "--deltas", str(tmp_path / "deltas"), "--out", str(tmp_path / "out")]
     code = main([*args, "--no-plots", "--private-dataset", str(holdout)])
     assert code == 0
-    document = load_results(tmp_path / "out" / "results.json")
+    document = read_results(tmp_path / "out" / "results.json")
     assert document["private"]["counts"]["edits"] == 2
     # The unedited model loses nothing: both IFRs are 1, with intervals that overlap.
     assert document["private"]["ifr_check"]["flagged"] is False

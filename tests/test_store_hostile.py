@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from knowgic.cli import main
-from knowgic.evaluation.results import content_sha256
+from knowgic.results import content_sha256
 from knowgic.runner.store.checks import LIMITS
 from knowgic.runner.store.signing import TrustedKeys, generate_key, load_signer
 from knowgic.runner.store.store import STORE_VERSION, ResultsStore, local_entry_id

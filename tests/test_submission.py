@@ -158,10 +158,16 @@ def test_yaml_problems_name_line_and_column(tmp_path: Path, text: str, expected:
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"version": "1.0"}, r"line 2, field version: '1.0' does not match"),
-        ({"protocols": ["beam"]}, r"field protocols/0: 'beam' is not one of"),
+        (
+            {"version": "1.0"},
+            r"line 2, field version: expected version of the submission \(semver X\.Y\.Z\), got '1\.0'",
+        ),
+        (
+            {"protocols": ["beam"]},
+            r"field protocols/0: expected one of \"logprob\", \"generate\", \"greedy\", got 'beam'",
+        ),
         ({"editor": "not an entry point"}, "field editor"),
-        ({"colour": "red"}, r"field \(top level\): Additional properties"),
+        ({"colour": "red"}, r"field \(top level\): unknown field 'colour' \(allowed: authors, "),
         ({"dataset_version": "9.9.9"}, "field dataset_version: '9.9.9' is not a dataset version"),
         ({"hparams": {"knowgic-tiny": "missing.yaml"}}, "hparams file 'missing.yaml' does not exist"),
         ({"hparams": {"knowgic-tiny": "../outside.yaml"}}, "must be a relative path inside"),

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from knowgic.errors import KnowgicError
-from knowgic.evaluation.results import content_sha256
+from knowgic.results import content_sha256
 from knowgic.runner.host.worker import JobFailure, WorkerFault, check_results, run_worker
 from knowgic.runner.intake.submission import submit
 from knowgic.runner.queue.queue import Job, JobQueue, JobState

@@ -363,7 +363,7 @@ def is_results_document(data: Any) -> bool:
 
 def _validate_results(path: Path, document: dict[str, Any]) -> ValidationReport:
     """Check a results document against spec/schemas/results.schema.json and its own content hash."""
-    from knowgic.evaluation.results import content_sha256, validation_errors
+    from knowgic.results import content_sha256, validation_errors
 
     report = ValidationReport(path=str(path), kind="results")
     for line in validation_errors(document):

@@ -486,7 +486,7 @@ def _print_runs_json(documents: list[dict[str, Any]], paths: list[Path], summary
 
 
 def run_summarize(args: argparse.Namespace) -> int:
-    from knowgic.evaluation.results import write_atomic
+    from knowgic.evaluation.outputs import write_atomic
     from knowgic.evaluation.sweep import summarized_runs, summary_table
 
     if args.out is not None and args.out.exists() and not args.overwrite:
@@ -508,7 +508,7 @@ def run_summarize(args: argparse.Namespace) -> int:
 
 def _run_document(path: Path) -> dict[str, Any]:
     """The verified results document of ``path`` (a results.json file or a run folder holding one)."""
-    from knowgic.evaluation.results import load_results
+    from knowgic.results import read_results
 
     if path.is_dir():
         if not (path / "results.json").is_file():
@@ -516,7 +516,7 @@ def _run_document(path: Path) -> dict[str, Any]:
         path = path / "results.json"
     elif not path.exists():
         raise KnowgicError(f"{path} does not exist")
-    return load_results(path)
+    return read_results(path)
 
 
 def run_compare(args: argparse.Namespace) -> int:

@@ -24,22 +24,21 @@ from knowgic.editors.layer_stats import stats_overrides
 from knowgic.editors.registry import BUILTIN_EDITORS, resolve_editor
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.harness import MODES, RunScores, run_edits
-from knowgic.evaluation.plan import EvalPlan, build_plan
-from knowgic.evaluation.private import private_document, private_plan
-from knowgic.evaluation.reproducibility import reproducibility
-from knowgic.evaluation.results import (
-    RESULTS_SCHEMA_VERSION,
+from knowgic.evaluation.outputs import (
     check_no_run,
     check_not_a_runs_folder,
     check_writable,
     environment,
-    finalize,
     write_run_outputs,
 )
+from knowgic.evaluation.plan import EvalPlan, build_plan
+from knowgic.evaluation.private import private_document, private_plan
+from knowgic.evaluation.reproducibility import reproducibility
 from knowgic.evaluation.scored import scored_block
 from knowgic.measure.definitions import METRICS
 from knowgic.models.base import LoadedModel
 from knowgic.models.threads import cpu_threads
+from knowgic.results import RESULTS_SCHEMA_VERSION, finalize
 from knowgic.scoring.base import Scorer, Scores
 from knowgic.spec import benchmark_spec
 

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from knowgic.evaluation.results import write_atomic
+from knowgic.evaluation.outputs import write_atomic
 
 IFR_COLOR = "#C44E52"
 PRESERVATION_COLOR = "#55A868"

@@ -11,7 +11,7 @@ from typing import Any
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
 from knowgic.evaluation.evaluate import EvaluationRequest, check_request, evaluate
-from knowgic.evaluation.results import check_writable, describe_run, load_results, write_atomic
+from knowgic.evaluation.outputs import check_writable, describe_run, write_atomic
 from knowgic.formatting import FEW_EDITS_MARK, TOLD_APART, UNDEFINED, format_value
 from knowgic.intervals import (
     BOOTSTRAP_METHODS,
@@ -28,6 +28,7 @@ from knowgic.intervals import (
 from knowgic.measure.compare import BestComparison, compare_with_best, paired_resamples
 from knowgic.measure.compute import metric_entry_at
 from knowgic.paired import PAIRED_TEST_BY_KIND
+from knowgic.results import read_results
 from knowgic.spec import BenchmarkSpec, benchmark_spec
 
 
@@ -251,7 +252,7 @@ def summarized_runs(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], 
     files = results_paths(paths)
     if not files:
         raise KnowgicError("no results files given")
-    documents = [load_results(path) for path in files]
+    documents = [read_results(path) for path in files]
     for label, key in _SHARED_SETTING:
         values = {key(d): path for d, path in zip(documents, files, strict=True)}
         if len(values) > 1:
@@ -444,7 +445,7 @@ def _finished_run(request: EvaluationRequest) -> dict[str, Any]:
             "to replace it, or choose another folder"
         )
     try:
-        document = load_results(path)
+        document = read_results(path)
     except KnowgicError as exc:
         raise KnowgicError(f"{exc}; pass --overwrite to replace the run, or choose another folder") from None
     _check_same_run(document, request, _expected_settings(request))

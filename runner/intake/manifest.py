@@ -13,7 +13,6 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import jsonschema
 import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -21,6 +20,7 @@ from knowgic.dataset.schemas import validator
 from knowgic.dataset.versions import available_versions, latest_version
 from knowgic.models.registry import get_offline_model
 from knowgic.runner.intake.archive import MiB, SubmissionError
+from knowgic.schema_errors import explain, reportable
 from knowgic.yamlfile import YamlError, parse_yaml
 
 MANIFEST_NAME = "submission.yaml"
@@ -80,15 +80,14 @@ def validate_manifest(manifest: Any, manifest_path: Path, shown: str) -> None:
         raise SubmissionError(
             f"{shown}: expected a mapping of fields (name, version, editor, ...), found {kind}"
         )
-    error = jsonschema.exceptions.best_match(validator("submission").iter_errors(manifest))
-    if error is None:
+    errors = reportable(validator("submission").iter_errors(manifest))
+    if not errors:
         return
-    path = list(error.absolute_path)
+    path = list(errors[0].absolute_path)
     pointer = "/".join(str(p) for p in path) or "(top level)"
     line = _node_line(manifest_path.read_text(encoding="utf-8"), path)
     at = f" line {line}," if line else ""
-    message = error.message if len(error.message) <= 200 else error.message[:200] + "…"
-    raise SubmissionError(f"{shown}{at} field {pointer}: {message}")
+    raise SubmissionError(f"{shown}{at} field {pointer}: {explain(errors[0])}")
 
 
 def _resolve_inside(root: Path, relative: str, shown: str, what: str) -> Path:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from knowgic.errors import KnowgicError
+from knowgic.schema_errors import first_error_line
 
 if TYPE_CHECKING:
     from knowgic.runner.queue.queue import Job
@@ -74,11 +75,10 @@ def check_document(document: Any, schema: str, where: str) -> None:
     expected, when ``document`` breaks the schema."""
     from knowgic.dataset.schemas import validator
 
-    errors = sorted(validator(schema).iter_errors(document), key=lambda e: list(e.absolute_path))
-    if errors:
-        first = errors[0]
-        pointer = "/" + "/".join(str(p) for p in first.absolute_path)
-        raise KnowgicError(f"{where} at {pointer}: {one_line(first.message, 300)}")
+    problem = first_error_line(validator(schema).iter_errors(document))
+    if problem is not None:
+        pointer, _, what = problem.partition(": ")
+        raise KnowgicError(f"{where} at {pointer}: {one_line(what, 300)}")
 
 
 def _read_json(path: Path, what: str) -> Any:

@@ -29,8 +29,8 @@ from knowgic.editors.hparams import hparams_sha256
 from knowgic.editors.registry import BUILTIN_EDITORS
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import Provenance, check_request, evaluate
+from knowgic.evaluation.outputs import check_no_run, check_writable, write_run_outputs
 from knowgic.evaluation.plots import write_plots
-from knowgic.evaluation.results import check_no_run, check_writable, write_run_outputs
 from knowgic.models.loading import load_model
 from knowgic.records import EditRequest
 from knowgic.runner.stages.contract import JobSpec

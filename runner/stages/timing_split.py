@@ -32,8 +32,8 @@ from typing import Any
 from knowgic.argtypes import parse_size
 from knowgic.editors.hparams import load_hparams
 from knowgic.errors import KnowgicError
-from knowgic.evaluation.results import load_results
 from knowgic.models.loading import load_model
+from knowgic.results import read_results
 from knowgic.runner.stages.contract import REQUESTS_FILE, JobSpec
 from knowgic.runner.stages.deltas import folder_bytes
 
@@ -220,7 +220,7 @@ def _measure(args: argparse.Namespace) -> int:
                     run_split(job, round_dir / "streaming", quota=args.quota, streaming=True),
                 )
             )
-            documents += [load_results(m.results) for m in runs[-1]]
+            documents += [read_results(m.results) for m in runs[-1]]
         plain, after, streaming = (min((r[i] for r in runs), key=lambda m: m.seconds) for i in range(3))
     agree = all(_metrics_agree(documents[0]["metrics"], d["metrics"]) for d in documents[1:])
     figures = {

@@ -5,7 +5,7 @@ The runner writes it (one signed *verified* entry per finished job), ``knowgic s
 
     STORE/
       results/<sha256>.json        results.json as written; <sha256> is the document's own "sha256" field
-                                   (knowgic.evaluation.results.content_sha256), so the name proves the content
+                                   (knowgic.results.content_sha256), so the name proves the content
       submissions/<sha256>.<ext>   a submission archive (.tar.gz or .zip), by the sha256 of its bytes
       entries/<entry_id>.json      one accepted run: source, results sha256, manifest, job record, date,
                                    and for a runner run the worker's signature (store_entry.schema.json)
@@ -50,8 +50,8 @@ import jsonschema
 
 from knowgic.dataset.schemas import load_schema
 from knowgic.errors import KnowgicError
-from knowgic.evaluation.results import content_sha256, results_schema
 from knowgic.paths import cache_dir
+from knowgic.results import ResultsDocument, results_document
 from knowgic.runner.options import sqlite_queue_url, store_root
 from knowgic.runner.store.checks import (
     LIMITS,
@@ -62,13 +62,13 @@ from knowgic.runner.store.checks import (
     read_capped,
 )
 from knowgic.runner.store.signing import Signer, TrustedKeys
+from knowgic.schema_errors import first_error_line
 
 STORE_VERSION = 1
 SOURCES = ("verified", "local")
 # Bumped whenever the checks a results file passes change: summaries verified by older checks are redone.
 CHECKS_VERSION = 2
 # Parts of a results document that a table row needs; per-edit records and chains are read on demand.
-_SUMMARY_DROPS = ("per_edit", "chains")
 _ENTRY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _ARCHIVE_SUFFIXES = (".tar.gz", ".zip")
@@ -128,7 +128,7 @@ class StoreEntry:
     @property
     def document(self) -> dict[str, Any]:
         """The full results document, read and verified again (every check of :mod:`knowgic.runner.store.checks`)."""
-        return _read_results(self.results_file, expected_sha=self.results_sha256, validator=_validator())
+        return _read_results(self.results_file, expected_sha=self.results_sha256)
 
 
 @dataclass
@@ -139,53 +139,34 @@ class StoreScan:
 
 
 @lru_cache(maxsize=1)
-def _validator() -> jsonschema.Draft202012Validator:
-    """The results schema's validator, built once per process (building it resolves every $ref)."""
-    return jsonschema.Draft202012Validator(results_schema())
-
-
-@lru_cache(maxsize=1)
 def _entry_validator() -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(load_schema("store_entry"))
 
 
 def _schema_problem(document: Any, validator: jsonschema.Draft202012Validator) -> str | None:
-    error = jsonschema.exceptions.best_match(validator.iter_errors(document))
-    if error is None:
-        return None
-    pointer = "/" + "/".join(str(p) for p in error.absolute_path)
-    message = error.message if len(error.message) <= 200 else error.message[:200] + "…"
-    return f"{pointer}: {message}"
+    return first_error_line(validator.iter_errors(document))
 
 
-def _verify_document(document: Any, where: str, validator: jsonschema.Draft202012Validator) -> str:
-    """Every check of :mod:`knowgic.runner.store.checks` (sizes, schema, self-hash, values, recomputed metrics);
-    return the sha256. Raises :class:`StoreFileError` naming the problem."""
+def _verify_document(document: Any, where: str) -> ResultsDocument:
+    """The bounds of :mod:`knowgic.runner.store.checks` first (sizes, before anything walks the document),
+    then the results format's own checks (:func:`knowgic.results.results_document`: schema version, schema,
+    self-hash), then the values (ranges, recomputed metrics). Raises :class:`StoreFileError` naming the
+    problem."""
     if not isinstance(document, dict):
         raise StoreFileError(f"{where}: a results document is a JSON object, found {type(document).__name__}")
     try:
         check_sizes(document, where)
-    except CheckFailed as exc:
+        checked = results_document(document, where)
+        check_values(checked, where)
+    except (CheckFailed, KnowgicError) as exc:
         raise StoreFileError(str(exc)) from None
-    problem = _schema_problem(document, validator)
-    if problem is not None:
-        raise StoreFileError(f"{where} does not follow results.schema.json: {problem}")
-    sha = content_sha256(document)
-    if document["sha256"] != sha:
-        raise StoreFileError(
-            f"{where}: recorded sha256 does not match its content (edited after it was written?)"
-        )
-    try:
-        check_values(document, where)
-    except CheckFailed as exc:
-        raise StoreFileError(str(exc)) from None
-    return sha
+    return checked
 
 
 def verify_results(document: Any, where: str) -> str:
     """Check a results document as the store does (sizes, schema, self-hash, values, recomputed metrics);
     return its sha256. Raises :class:`StoreFileError` naming the problem (``where``: which file it is)."""
-    return _verify_document(document, where, _validator())
+    return _verify_document(document, where).sha256
 
 
 def _read_json(path: Path, what: str, max_bytes: int) -> Any:
@@ -195,18 +176,17 @@ def _read_json(path: Path, what: str, max_bytes: int) -> Any:
         raise StoreFileError(str(exc)) from None
 
 
-def _read_results(
-    path: Path, expected_sha: str, validator: jsonschema.Draft202012Validator
-) -> dict[str, Any]:
-    document = _read_json(path, "results file", LIMITS.file_bytes)
-    sha = _verify_document(document, str(path), validator)
-    if sha != expected_sha:
-        raise StoreFileError(f"{path}: its content hash {sha[:12]}… is not the one its name/entry gives")
+def _read_results(path: Path, expected_sha: str) -> ResultsDocument:
+    document = _verify_document(_read_json(path, "results file", LIMITS.file_bytes), str(path))
+    if document.sha256 != expected_sha:
+        raise StoreFileError(
+            f"{path}: its content hash {document.sha256[:12]}… is not the one its name/entry gives"
+        )
     return document
 
 
-def _summary(document: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in document.items() if k not in _SUMMARY_DROPS}
+def _summary(document: ResultsDocument) -> dict[str, Any]:
+    return dict(document.summary())
 
 
 def _verify_in_child(
@@ -220,7 +200,7 @@ def _verify_in_child(
         return None, None, None  # the reader says why when it looks again
     key = (sha, stat.st_size, stat.st_mtime_ns)
     try:
-        return key, _summary(_read_results(path, sha, _validator())), None
+        return key, _summary(_read_results(path, sha)), None
     except StoreFileError as exc:
         return key, None, str(exc)
     except Exception as exc:  # a hostile file must not stop the reader: it is skipped, with the reason
@@ -327,11 +307,11 @@ class ResultsStore:
             where = str(path)
             data = read_capped(path, "results file", LIMITS.file_bytes)
             document = parse_json(data, f"results file {path}")
-        sha = _verify_document(document, where, _validator())
+        sha = _verify_document(document, where).sha256
         target = self.results_path(sha)
         if not self._create(target, data):
             try:
-                _read_results(target, sha, _validator())
+                _read_results(target, sha)
             except StoreFileError as exc:
                 raise KnowgicError(f"the store already holds a damaged file under this name: {exc}") from None
         return sha
@@ -457,7 +437,7 @@ class ResultsStore:
         if summary is not None:
             return summary
         try:
-            summary = _summary(_read_results(path, sha, _validator()))
+            summary = _summary(_read_results(path, sha))
         except StoreFileError as exc:
             self._failed[key] = str(exc)
             raise

@@ -1,16 +1,14 @@
-"""The results document: building it, validating it against ``spec/schemas/results.schema.json``, hashing
-it, and writing it atomically.
+"""A run's output folder: ``results.json`` and its plots, written atomically, and the checks made before a
+run starts (the folder is writable, holds no run unless ``--overwrite``, is not a folder of runs).
 
-Like lm-evaluation-harness's results files, a document records everything needed to reproduce and compare
-a run: dataset version and content hash, model and its revision, editor and the sha256 of its hparams,
-protocol and parameters, mode, seed, package versions and hardware, alongside the metrics.
+The document itself (schema, hash, the one reader) is :mod:`knowgic.results`; what it records, the
+environment of the process among it, is built by ``knowgic evaluate``.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
-import hashlib
 import json
 import os
 import platform
@@ -23,20 +21,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from knowgic.clip import clip
 from knowgic.errors import KnowgicError
-from knowgic.paths import spec_dir
-from knowgic.schema_errors import error_lines
 
-MAX_PROBLEMS_SHOWN = 10
-"""Schema problems an error lists (each with its JSON pointer, values quoted briefly) before "and N more"."""
-RESULTS_SCHEMA_VERSION = "1.3"
-READABLE_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3")
-"""Versions this package reads: 1.0 documents carry no intervals and no per-edit sufficient statistics; 1.2
-adds the optional ``submission`` and ``runner`` objects of runner jobs; 1.3 the interval method, edits,
-effective edits and few-edits flag of every metric (``spec/schemas/CHANGELOG.md``)."""
 _PACKAGES = (
     "knowgic",
     "torch",
@@ -48,10 +35,6 @@ _PACKAGES = (
     "accelerate",
     "gguf",
 )
-
-
-def results_schema() -> dict[str, Any]:
-    return json.loads((spec_dir() / "schemas" / "results.schema.json").read_text(encoding="utf-8"))
 
 
 def environment() -> dict[str, Any]:
@@ -80,56 +63,6 @@ def environment() -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "gpu": gpu,
     }
-
-
-def canonical_json(document: Mapping[str, Any]) -> bytes:
-    return json.dumps(document, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
-def content_sha256(document: Mapping[str, Any]) -> str:
-    """sha256 of the canonical JSON of the document without its own ``sha256`` field."""
-    body = {k: v for k, v in document.items() if k != "sha256"}
-    return hashlib.sha256(canonical_json(body)).hexdigest()
-
-
-def validation_errors(document: Any) -> list[str]:
-    """Schema errors as ``"<json pointer>: <what was expected>"`` lines (empty when valid)."""
-    validator = jsonschema.Draft202012Validator(results_schema())
-    return error_lines(validator.iter_errors(document))
-
-
-def validate_results(document: Any, where: str = "results") -> None:
-    """Raise :class:`KnowgicError` naming the first problems when ``document`` breaks the schema or its hash."""
-    errors = validation_errors(document)
-    if errors:
-        shown = "; ".join(clip(e) for e in errors[:MAX_PROBLEMS_SHOWN])
-        more = f"; and {len(errors) - MAX_PROBLEMS_SHOWN} more" if len(errors) > MAX_PROBLEMS_SHOWN else ""
-        raise KnowgicError(f"{where} does not follow results.schema.json: {shown}{more}")
-    if document["sha256"] != content_sha256(document):
-        raise KnowgicError(
-            f"{where}: recorded sha256 does not match its content (edited after it was written?)"
-        )
-
-
-def finalize(document: dict[str, Any]) -> dict[str, Any]:
-    document["sha256"] = content_sha256(document)
-    validate_results(document)
-    return document
-
-
-def load_results(path: str | Path) -> dict[str, Any]:
-    """Read and verify a results file (schema and content hash)."""
-    path = Path(path)
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise KnowgicError(f"results file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KnowgicError(f"cannot read results file {path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise KnowgicError(f"results file {path} is not valid JSON: {exc}") from None
-    validate_results(document, where=str(path))
-    return document
 
 
 # Modes of what a run writes, before the user's umask (like files made by ``open``/``mkdir``).
