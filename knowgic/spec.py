@@ -178,9 +178,7 @@ def _cross_problem(data: dict[str, Any], metrics: dict[str, MetricSpec]) -> str 
     for metric in metrics.values():
         low, high = metric.bounds
         if low is not None and high is not None and low >= high:
-            return (
-                f"/metrics/{metric.name}/bounds: expected [low, high] with low < high, got [{low:g}, {high:g}]"
-            )
+            return f"/metrics/{metric.name}/bounds: expected [low, high] with low < high, got [{low:g}, {high:g}]"
         unknown = [o for o in metric.of if o not in metrics or metrics[o].kind == "composite"]
         if unknown:
             return (

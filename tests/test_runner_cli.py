@@ -117,7 +117,9 @@ def test_bad_submissions_are_one_line(tmp_path: Path, capsys) -> None:
     assert_one_error_line(code, err, "does not exist")
     folder = make_submission(tmp_path / "sub", {**MANIFEST, "version": "one"})
     code, _, err = run(capsys, "runner", "submit", str(folder), "--store", store)
-    assert_one_error_line(code, err, "line 2, field version: expected version of the submission (semver X.Y.Z), got 'one'")
+    assert_one_error_line(
+        code, err, "line 2, field version: expected version of the submission (semver X.Y.Z), got 'one'"
+    )
     code, _, err = run(capsys, "runner", "submit", str(folder), "--store", store, "--limit", "0")
     assert_one_error_line(code, err, "'0' must be 1 or more")
     code, _, err = run(capsys, "runner", "submit", str(folder), "--store", store, "--db", "nonsense")
