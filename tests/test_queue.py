@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from knowgic.runner.intake.submission import Submission
-from knowgic.runner.queue.queue import LOG_CAP_BYTES, JobLost, JobQueue, JobState, QueueError
+from knowgic.runner.intake.submission import Submission, job_keys
+from knowgic.runner.queue.queue import LOG_CAP_BYTES, Job, JobLost, JobQueue, JobState, QueueError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,6 +35,11 @@ def fake_submission(tmp_path: Path, models: int = 1, name: str = "demo", sha: st
     return Submission(manifest=manifest, root=tmp_path, archive=tmp_path / "x.tar.gz", sha256=sha)
 
 
+def enqueue(queue: JobQueue, submission: Submission, limit: int | None = None) -> list[Job]:
+    """Queue a submission's jobs as ``knowgic runner submit`` does: its keys fanned out by the intake."""
+    return queue.enqueue(submission, job_keys(submission, limit))
+
+
 @pytest.fixture
 def queue_url(tmp_path: Path) -> str:
     """The database under test (tests/test_queue_postgres.py runs these tests again on PostgreSQL)."""
@@ -47,7 +52,7 @@ def queue(queue_url: str) -> JobQueue:
 
 
 def test_a_job_goes_pending_running_finished(queue: JobQueue, tmp_path: Path) -> None:
-    [job] = queue.enqueue(fake_submission(tmp_path), limit=3)
+    [job] = enqueue(queue, fake_submission(tmp_path), limit=3)
     assert job.state == JobState.PENDING and job.attempts == 0 and job.limit == 3
     time.sleep(0.05)
     claimed = queue.claim("w1", device="cpu")
@@ -76,7 +81,7 @@ def test_a_job_goes_pending_running_finished(queue: JobQueue, tmp_path: Path) ->
 
 
 def test_fail_requeue_cancel(queue: JobQueue, tmp_path: Path) -> None:
-    first, second = queue.enqueue(fake_submission(tmp_path, models=2))
+    first, second = enqueue(queue, fake_submission(tmp_path, models=2))
     claimed = queue.claim("w1")
     assert claimed is not None and claimed.job_id == first.job_id  # oldest first
     failed = queue.fail(first.job_id, "w1", "the editor raised ValueError:\n  bad layer 99")
@@ -103,7 +108,7 @@ def test_fail_requeue_cancel(queue: JobQueue, tmp_path: Path) -> None:
 
 
 def test_release_hands_the_job_back_without_counting_an_attempt(queue: JobQueue, tmp_path: Path) -> None:
-    [job] = queue.enqueue(fake_submission(tmp_path))
+    [job] = enqueue(queue, fake_submission(tmp_path))
     queue.claim("w1")
     released = queue.release(job.job_id, "w1", "SIGTERM")
     assert released.state == JobState.PENDING and released.attempts == 0 and released.worker is None
@@ -112,7 +117,7 @@ def test_release_hands_the_job_back_without_counting_an_attempt(queue: JobQueue,
 
 def test_retry_counts_the_attempt_of_a_host_fault(queue_url: str, tmp_path: Path) -> None:
     queue = JobQueue(queue_url, max_attempts=2)
-    [job] = queue.enqueue(fake_submission(tmp_path))
+    [job] = enqueue(queue, fake_submission(tmp_path))
     queue.claim("w1")
     back = queue.retry(job.job_id, "w1", "disk full")
     assert (back.state, back.attempts, back.worker) == (JobState.PENDING, 1, None)
@@ -126,7 +131,7 @@ def test_retry_counts_the_attempt_of_a_host_fault(queue_url: str, tmp_path: Path
 
 def test_stale_jobs_go_back_to_pending_then_fail_after_max_attempts(queue_url: str, tmp_path: Path) -> None:
     queue = JobQueue(queue_url, max_attempts=2)
-    [job] = queue.enqueue(fake_submission(tmp_path))
+    [job] = enqueue(queue, fake_submission(tmp_path))
     queue.claim("dead-1")
     assert queue.recover_stale(grace_seconds=5) == []  # its heartbeat is fresh
     time.sleep(0.3)
@@ -147,7 +152,7 @@ def test_stale_jobs_go_back_to_pending_then_fail_after_max_attempts(queue_url: s
 
 
 def test_heartbeats_keep_a_job(queue: JobQueue, tmp_path: Path) -> None:
-    [job] = queue.enqueue(fake_submission(tmp_path))
+    [job] = enqueue(queue, fake_submission(tmp_path))
     queue.claim("alive")
     for _ in range(4):
         time.sleep(0.1)
@@ -159,7 +164,7 @@ def test_heartbeats_keep_a_job(queue: JobQueue, tmp_path: Path) -> None:
 def test_claims_never_double_under_threads(queue_url: str, tmp_path: Path) -> None:
     url = queue_url
     seed = JobQueue(url)
-    jobs = seed.enqueue(fake_submission(tmp_path, models=40))
+    jobs = enqueue(seed, fake_submission(tmp_path, models=40))
     claimed: list[tuple[str, str]] = []
     lock = threading.Lock()
 
@@ -225,7 +230,7 @@ def claim_in_processes(url: str, workers: int, barrier: Path) -> list[list[str]]
 def test_claims_never_double_across_processes(queue_url: str, tmp_path: Path) -> None:
     url = queue_url
     queue = JobQueue(url)
-    jobs = queue.enqueue(fake_submission(tmp_path, models=60))
+    jobs = enqueue(queue, fake_submission(tmp_path, models=60))
     outputs = claim_in_processes(url, workers=4, barrier=tmp_path / "barrier")
     claimed = [job_id for out in outputs for job_id in out]
     assert sorted(claimed) == sorted(j.job_id for j in jobs)
@@ -265,12 +270,12 @@ def test_many_processes_open_a_new_database_at_once(queue_url: str, tmp_path: Pa
         assert proc.returncode == 0, err
     queue = JobQueue(queue_url)
     assert queue.counts()["PENDING"] == 0
-    queue.enqueue(fake_submission(tmp_path))
+    enqueue(queue, fake_submission(tmp_path))
     assert queue.counts()["PENDING"] == 1
 
 
 def test_logs_are_capped_keeping_the_newest(queue: JobQueue, tmp_path: Path) -> None:
-    [job] = queue.enqueue(fake_submission(tmp_path))
+    [job] = enqueue(queue, fake_submission(tmp_path))
     block = ("x" * 99 + "\n") * 1000
     for _ in range(LOG_CAP_BYTES // len(block) + 2):
         queue.append_log(job.job_id, block)
@@ -311,4 +316,4 @@ def test_bad_urls_are_one_clear_line(url: str, expected: str) -> None:
 
 def test_enqueue_refuses_a_bad_limit(queue: JobQueue, tmp_path: Path) -> None:
     with pytest.raises(QueueError, match="positive number of cases"):
-        queue.enqueue(fake_submission(tmp_path), limit=0)
+        enqueue(queue, fake_submission(tmp_path), limit=0)

@@ -25,6 +25,7 @@ from knowgic.errors import KnowgicError
 from knowgic.evaluation.fingerprint import assert_restored, fingerprint
 from knowgic.evaluation.plan import EvalPlan
 from knowgic.scoring.base import NonFiniteLogits, Query, Scorer, Scores
+from knowgic.spec import benchmark_spec
 
 MODES = ("independent", "sequential")
 
@@ -125,12 +126,13 @@ def run_edits(
     scorer: Scorer,
     plan: EvalPlan,
     pre: Scores,
-    mode: str = "independent",
+    mode: str | None = None,
     progress: bool = True,
     on_edit: Callable[[str, dict[str, Any]], None] | None = None,
     private: tuple[EvalPlan, Scores] | None = None,
 ) -> RunScores:
-    """Apply the plan's edits in ``mode`` and score each edit's queries after it.
+    """Apply the plan's edits in ``mode`` (default: the benchmark spec's) and score each edit's queries
+    after it.
 
     ``pre`` are the unedited model's scores of ``plan.queries`` (computed or cached by the caller); they
     decide each edit's neighbourhood, hence which queries it scores (:meth:`EditPlan.post_queries`).
@@ -139,6 +141,7 @@ def run_edits(
     plan whose edits are among ``plan``'s, with its pre-edit scores; scored with the same edits in place,
     into ``RunScores.private``.
     """
+    mode = mode or benchmark_spec().default_mode
     if mode not in MODES:
         raise KnowgicError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     run = RunScores(pre=pre, post={})

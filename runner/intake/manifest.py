@@ -21,6 +21,7 @@ from knowgic.dataset.versions import available_versions, latest_version
 from knowgic.models.registry import get_offline_model
 from knowgic.runner.intake.archive import MiB, SubmissionError
 from knowgic.schema_errors import explain, reportable
+from knowgic.spec import benchmark_spec
 from knowgic.yamlfile import YamlError, parse_yaml
 
 MANIFEST_NAME = "submission.yaml"
@@ -196,7 +197,7 @@ def _check_requirements(manifest: dict[str, Any], shown: str) -> None:
 def check_manifest(manifest: dict[str, Any], root: Path, shown: str) -> dict[str, Any]:
     """Semantic checks the schema cannot express; returns the manifest with defaults filled."""
     filled = dict(manifest)
-    filled.setdefault("modes", ["independent"])
+    filled.setdefault("modes", [benchmark_spec().default_mode])
     if "dataset_version" not in filled:
         filled["dataset_version"] = latest_version()
     elif filled["dataset_version"] not in available_versions():

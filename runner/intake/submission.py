@@ -23,6 +23,7 @@ from knowgic.runner.intake.manifest import (
     read_yaml_file,
     validate_manifest,
 )
+from knowgic.runner.queue.keys import JobKey
 
 if TYPE_CHECKING:
     from knowgic.runner.queue.queue import Job, JobQueue
@@ -35,8 +36,8 @@ DEFAULT_LIMITS = SubmissionLimits()
 class Submission:
     """A loaded, validated submission.
 
-    ``manifest``: ``submission.yaml`` validated, with defaults filled (``modes``: [independent],
-    ``dataset_version``: the latest). ``root``: the unpacked safe copy (``submission.yaml`` at its root).
+    ``manifest``: ``submission.yaml`` validated, with defaults filled (``modes``: the benchmark spec's
+    default mode, ``dataset_version``: the latest). ``root``: the unpacked safe copy (``submission.yaml`` at its root).
     ``archive``: the normalised ``.tar.gz`` of ``root``; ``sha256``: the sha256 of its bytes.
     """
 
@@ -85,6 +86,19 @@ def load_submission(path: str | Path, workdir: Path, limits: SubmissionLimits = 
     return Submission(manifest=manifest, root=root, archive=archive, sha256=sha)
 
 
+def job_keys(submission: Submission, limit: int | None = None) -> list[JobKey]:
+    """The submission's jobs: one per model x protocol x mode its manifest asks for (modes and dataset
+    version already resolved by :func:`~knowgic.runner.intake.manifest.check_manifest`), resolved here,
+    once; ``limit`` (smoke runs only) scores the first N cases of each."""
+    manifest = submission.manifest
+    return [
+        JobKey(submission.sha256, model, protocol, mode, manifest["dataset_version"], limit)
+        for model in manifest["models"]
+        for protocol in manifest["protocols"]
+        for mode in manifest["modes"]
+    ]
+
+
 def submit(
     path: str | Path,
     store: ResultsStore,
@@ -106,7 +120,7 @@ def submit(
         sha = store.put_submission(submission.archive)
         if sha != submission.sha256:  # pragma: no cover - the store hashes the same bytes
             raise SubmissionError(f"stored archive hash {sha} differs from {submission.sha256}")
-        jobs = queue.enqueue(submission, limit=limit)
+        jobs = queue.enqueue(submission, job_keys(submission, limit))
         if own:
             stored = store.submission_path(sha)
             assert stored is not None

@@ -29,7 +29,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from knowgic.errors import KnowgicError
 from knowgic.runner.options import queue_url
+from knowgic.runner.queue.keys import JobKey, QueueError
 from knowgic.runner.queue.states import TERMINAL_STATES, JobState
 
 if TYPE_CHECKING:
@@ -62,10 +62,6 @@ class Enqueued(Protocol):
     def name(self) -> str: ...
     @property
     def version(self) -> str: ...
-
-
-class QueueError(KnowgicError):
-    """Bad use of the queue: unknown job, a transition its state does not allow, an unusable database."""
 
 
 class JobLost(QueueError):
@@ -365,28 +361,16 @@ class JobQueue:
         return self._unclaim(connection, row, now, guard=guard, attempts=attempts)
 
     # -- submitting and reading -----------------------------------------------------------------------
-    def enqueue(self, submission: Enqueued, *, limit: int | None = None) -> list[Job]:
-        """One PENDING job per model x protocol x mode of the manifest; a job already queued is returned as is."""
-        manifest = submission.manifest
-        if limit is not None and limit < 1:
-            raise QueueError(f"limit must be a positive number of cases, got {limit}")
-        keys = [
-            {
-                "submission_sha256": submission.sha256,
-                "model": model,
-                "protocol": protocol,
-                "mode": mode,
-                "dataset_version": manifest["dataset_version"],
-                "limit": limit,
-            }
-            for model in manifest["models"]
-            for protocol in manifest["protocols"]
-            for mode in manifest.get("modes") or ["independent"]
-        ]
-        ids = [job_id_for(submission.name, submission.version, key) for key in keys]
+    def enqueue(self, submission: Enqueued, keys: Sequence[JobKey]) -> list[Job]:
+        """One PENDING job per key (the intake fans a submission out into keys); a job already queued is
+        returned as is."""
+        foreign = [k for k in keys if k.submission_sha256 != submission.sha256]
+        if foreign:
+            raise QueueError(f"job key {foreign[0]} is not one of submission {submission.sha256[:12]}…")
+        ids = [job_id_for(submission.name, submission.version, asdict(key)) for key in keys]
         for attempt in range(3):
             try:
-                self._insert_jobs(submission, keys, ids, limit)
+                self._insert_jobs(submission, keys, ids)
                 break
             except sa.exc.IntegrityError:
                 # The same submission enqueued at the same moment elsewhere (PostgreSQL): look again.
@@ -394,9 +378,7 @@ class JobQueue:
                     raise
         return [self.get(job_id) for job_id in ids]
 
-    def _insert_jobs(
-        self, submission: Enqueued, keys: list[dict[str, Any]], ids: list[str], limit: int | None
-    ) -> None:
+    def _insert_jobs(self, submission: Enqueued, keys: Sequence[JobKey], ids: list[str]) -> None:
         manifest = submission.manifest
         with self._transaction() as connection:
             seq = connection.execute(sa.select(sa.func.coalesce(sa.func.max(_jobs.c.seq), 0))).scalar_one()
@@ -414,11 +396,11 @@ class JobQueue:
                         submission_name=submission.name,
                         submission_version=submission.version,
                         manifest=json.dumps(manifest, sort_keys=True),
-                        model=key["model"],
-                        protocol=key["protocol"],
-                        mode=key["mode"],
-                        dataset_version=key["dataset_version"],
-                        case_limit=limit,
+                        model=key.model,
+                        protocol=key.protocol,
+                        mode=key.mode,
+                        dataset_version=key.dataset_version,
+                        case_limit=key.limit,
                         state=str(JobState.PENDING),
                         attempts=0,
                         max_attempts=self.max_attempts,

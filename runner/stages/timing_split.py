@@ -36,6 +36,7 @@ from knowgic.models.loading import load_model
 from knowgic.results import read_results
 from knowgic.runner.stages.contract import REQUESTS_FILE, JobSpec
 from knowgic.runner.stages.deltas import folder_bytes
+from knowgic.spec import benchmark_spec
 
 
 @dataclass
@@ -162,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="knowgic-tiny", help="model (default knowgic-tiny)")
     parser.add_argument("--editor", default="rome", help="built-in editor or module:Class (default rome)")
     parser.add_argument("--hparams", default=None, help="hparams YAML (default: the shipped file)")
-    parser.add_argument("--mode", default="independent", help="independent (default) or sequential")
+    parser.add_argument("--mode", help="independent or sequential (default: the benchmark spec's)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N edits (default: all)")
     parser.add_argument(
         "--quota",
@@ -193,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _measure(args: argparse.Namespace) -> int:
+    args.mode = args.mode or benchmark_spec().default_mode
     loaded = load_model(args.model, progress=False)
     hparams, source = load_hparams(
         args.editor, loaded.model_id, loaded.family, path=args.hparams, required=False
