@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 import knowgic
+from knowgic.dataset.folder import open_dataset
 from knowgic.dataset.private import PrivateSplit
 from knowgic.editors.base import Editor
 from knowgic.editors.hparams import hparams_sha256, load_hparams, read_hparams_file, validate_hparams
@@ -37,9 +38,12 @@ from knowgic.evaluation.reproducibility import reproducibility
 from knowgic.evaluation.scored import scored_block
 from knowgic.measure.definitions import METRICS
 from knowgic.models.base import LoadedModel
+from knowgic.models.loading import load_model, resolve_source
 from knowgic.models.threads import cpu_threads
 from knowgic.results import RESULTS_SCHEMA_VERSION, finalize
+from knowgic.scoring import make_scorer
 from knowgic.scoring.base import Scorer, Scores
+from knowgic.scoring.cache import ScoreCache, queries_sha256
 from knowgic.spec import benchmark_spec
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -98,9 +102,6 @@ class EvaluationRun:
 
 def check_request(request: EvaluationRequest) -> type[Editor]:
     """Validate everything that does not need the model; return the editor class."""
-    from knowgic.dataset.folder import open_dataset
-    from knowgic.models.loading import resolve_source
-    from knowgic.scoring import make_scorer
 
     spec = benchmark_spec()
     if request.mode not in spec.modes:
@@ -188,7 +189,6 @@ def pre_edit_scores(
     use_cache: bool,
 ) -> tuple[Scores, bool, float]:
     """The unedited model's scores of every plan query, from the on-disk cache when present."""
-    from knowgic.scoring.cache import ScoreCache, queries_sha256
 
     cache = ScoreCache() if use_cache else None
     key = None
@@ -249,9 +249,6 @@ def evaluate(
     stage (:class:`Provenance`); the document is built once with its fields and hashed, never patched.
     ``plots``: write the plots beside ``results.json``.
     """
-    from knowgic.dataset.folder import open_dataset
-    from knowgic.models.loading import load_model
-    from knowgic.scoring import make_scorer
 
     editor_cls = check_request(request)
     started = time.perf_counter()
@@ -367,7 +364,7 @@ def evaluate(
     finalize(document)
     result = EvaluationRun(document=document, plan=plan, scores=run)
     if request.out_dir is not None:
-        from knowgic.evaluation.plots import write_plots
+        from knowgic.evaluation.plots import write_plots  # matplotlib, only when plots are written
 
         result.results_path, result.plot_paths = write_run_outputs(
             document,

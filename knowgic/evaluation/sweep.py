@@ -8,9 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from knowgic.dataset.loading import dataset_ref
+from knowgic.editors.hparams import hparams_sha256
+from knowgic.editors.registry import resolve_editor
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
-from knowgic.evaluation.evaluate import EvaluationRequest, check_request, evaluate
+from knowgic.evaluation.evaluate import EvaluationRequest, check_request, evaluate, make_editor
 from knowgic.evaluation.outputs import check_writable, describe_run, write_atomic
 from knowgic.formatting import FEW_EDITS_MARK, TOLD_APART, UNDEFINED, format_value
 from knowgic.intervals import (
@@ -27,8 +30,10 @@ from knowgic.intervals import (
 )
 from knowgic.measure.compare import BestComparison, compare_with_best, paired_resamples
 from knowgic.measure.compute import metric_entry_at
+from knowgic.models.loading import load_model
 from knowgic.paired import PAIRED_TEST_BY_KIND
 from knowgic.results import read_results
+from knowgic.scoring import make_scorer
 from knowgic.spec import BenchmarkSpec, benchmark_spec
 
 
@@ -293,8 +298,6 @@ def run_sweep(
     that cannot be verified, is refused before any work unless ``overwrite`` (which runs every editor anew).
     summary.md is written from all the runs at the end.
     """
-    from knowgic.editors.registry import resolve_editor
-    from knowgic.models.loading import load_model
 
     if not editors:
         raise KnowgicError("no editors given")
@@ -370,8 +373,6 @@ def run_folder(out_dir: Path, editor: str) -> Path:
 def _expected_settings(request: EvaluationRequest) -> dict[str, Any]:
     """What a run of ``request`` records, as far as it is known before the model loads."""
     import knowgic
-    from knowgic.dataset.loading import dataset_ref
-    from knowgic.scoring import make_scorer
 
     ref = dataset_ref(request.dataset_version, config="chains")
     overrides = dict(request.protocol_overrides)
@@ -394,9 +395,6 @@ def _expected_settings(request: EvaluationRequest) -> dict[str, Any]:
 
 def _after_load_settings(request: EvaluationRequest, loaded: Any) -> dict[str, Any]:
     """What a run of ``request`` records that only the loaded model tells: hparams, device, chat."""
-    from knowgic.editors.hparams import hparams_sha256
-    from knowgic.editors.registry import resolve_editor
-    from knowgic.evaluation.evaluate import make_editor
 
     _, hparams, _ = make_editor(request, resolve_editor(request.editor), loaded)
     settings = {"hparams sha256": hparams_sha256(hparams)[:12], "device": loaded.device}
