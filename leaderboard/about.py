@@ -8,8 +8,8 @@ from __future__ import annotations
 from knowgic import __version__
 from knowgic.dataset.versions import latest_version, version_dir
 from knowgic.formatting import FEW_EDITS_MARK, direction_text
-from knowgic.intervals import DEFAULT_LEVEL, FEW_EDITS, METHOD_BY_KIND, METHODS
-from knowgic.leaderboard.table import HEADLINE, METRIC_COLUMNS, PER_EDIT_METRICS, RANK_METRIC, metric_spec
+from knowgic.intervals import DEFAULT_LEVEL, FEW_EDITS, METHOD_BY_KIND, METHODS, methods_for
+from knowgic.leaderboard.columns import Columns, leaderboard_columns
 from knowgic.paired import PAIRED_TEST_BY_KIND
 
 BENCHMARK_BIBTEX = """@software{{knowgic_benchmark,
@@ -26,28 +26,33 @@ def paper_bibtex() -> str:
     return (version_dir(latest_version()) / "CITATION.bib").read_text(encoding="utf-8").strip()
 
 
-def _metric_lines() -> list[str]:
+def _metric_lines(columns: Columns) -> list[str]:
+    """The table's metrics, from their declarations: the compact view first, then the other headline
+    metrics, then the parts of IFR by chain length as one line ("IFR n=1…5")."""
+    shown = [(c.label, c) for c in dict.fromkeys((*columns.default, *columns.metrics))]
+    if columns.parts:
+        first, last = columns.parts[0], columns.parts[-1]
+        shown.append((f"{first.label}…{last.part}", first))
     lines = ["| Metric | Better | What it measures |", "| --- | --- | --- |"]
-    for key in dict.fromkeys((*HEADLINE, *PER_EDIT_METRICS, "ifr_len_1")):
-        column = METRIC_COLUMNS[key]
-        label = "IFR n=1…5" if key == "ifr_len_1" else column.label
-        better = direction_text("lower" if column.lower_is_better else "higher")
-        lines.append(f"| {label} | {better} | {' '.join(column.description.split())} |")
+    for label, column in shown:
+        lines.append(
+            f"| {label} | {direction_text(column.direction)} | {' '.join(column.description.split())} |"
+        )
     return lines
 
 
-def _interval_lines() -> list[str]:
-    lines = []
-    for kind, method in METHOD_BY_KIND.items():
-        metrics = [
-            METRIC_COLUMNS[k].label for k in (*HEADLINE, *PER_EDIT_METRICS) if metric_spec(k).kind == kind
-        ]
-        if metrics:
-            lines.append(f"- {', '.join(dict.fromkeys(metrics))}: {METHODS[method]}.")
-    return lines
+def _interval_lines(columns: Columns) -> list[str]:
+    """One line per interval method, with the table's metrics it is used for."""
+    declared = {c.path: c.metric for c in (*columns.default, *columns.metrics, *columns.parts)}
+    return [
+        f"- {', '.join(labels)}: {METHODS[method]}."
+        for method, labels in methods_for(declared, METHOD_BY_KIND)
+    ]
 
 
-def about_markdown() -> str:
+def about_markdown(columns: Columns | None = None) -> str:
+    """The About page for ``columns`` (default: the shipped spec's)."""
+    columns = columns or leaderboard_columns()
     level = f"{DEFAULT_LEVEL * 100:g}%"
     parts = [
         "## What the leaderboard shows",
@@ -56,7 +61,7 @@ def about_markdown() -> str:
         "model, scored on the KnowGIC chains. Runs of different models are never ranked together: choose "
         "the model above the ranking.",
         "",
-        *_metric_lines(),
+        *_metric_lines(columns),
         "",
         "Every value is shown with its n (on hover) and its interval; “–” means undefined, with the reason "
         "on hover (for example, no chain of that length is active), never 0.",
@@ -64,7 +69,7 @@ def about_markdown() -> str:
         f"Each value carries a {level} interval over edits (the edit is the unit, because an edit's chains "
         "share its fate), by a method chosen for the metric's kind in `spec/benchmark.yaml`:",
         "",
-        *_interval_lines(),
+        *_interval_lines(columns),
         "",
         f"A value resting on fewer than {FEW_EDITS:g} effective edits is marked {FEW_EDITS_MARK} (few edits): "
         "its interval covers less than it says. Each results file records every metric's method and edits.",
@@ -72,7 +77,7 @@ def about_markdown() -> str:
         "Rank = 1 + the number of runs that are *significantly* better on the deep-editing score, among "
         "the runs of the same model, protocol, mode and dataset version (as Chatbot Arena ranks models). "
         "Runs over the same edits are compared pair by pair with the paired test of the score's kind "
-        f"({PAIRED_TEST_BY_KIND[metric_spec(RANK_METRIC).kind]}, as `knowgic compare` does), the family "
+        f"({PAIRED_TEST_BY_KIND[columns.rank.metric.kind]}, as `knowgic compare` does), the family "
         f"of all those tests controlled by Holm's method at {100 - DEFAULT_LEVEL * 100:g}%. Runs over "
         "different edits are compared by their own "
         "intervals: one is better when its interval lies wholly above the other's. Runs that cannot be told "

@@ -40,19 +40,19 @@ from knowgic.formatting import FEW_EDITS_MARK
 from knowgic.intervals import FEW_EDITS
 from knowgic.leaderboard import plots, views
 from knowgic.leaderboard.about import about_markdown
+from knowgic.leaderboard.columns import Columns, leaderboard_columns
 from knowgic.leaderboard.table import (
     ALL_MODELS,
-    COLUMN_HEADERS,
-    DEFAULT_COLUMNS,
-    DEFAULT_SORT,
     FILTERS,
     PAGE_SIZE,
-    SORTABLE,
     Board,
     RankCache,
     TableQuery,
+    column_headers,
+    default_columns,
     row_label,
     skipped_frame,
+    sortable,
 )
 from knowgic.runner.store.signing import TrustedKeys
 from knowgic.runner.store.store import ResultsStore, SkippedFile, StoreEntry, StoreFileError, StoreScan
@@ -111,12 +111,14 @@ class LeaderboardState:
     """One app's view of its store: the current board (rebuilt when the store changes) and the queue.
 
     Results not verified yet are verified by one background thread; ``progress`` is (done, total) while it
-    runs, else None."""
+    runs, else None. ``columns``: the metric columns of every board, view and plot of this app (default:
+    the shipped spec's, read when the state is made)."""
 
     store: ResultsStore
     queue_url: str
     include_reported: bool = True
     verify_processes: int = VERIFY_PROCESSES
+    columns: Columns = field(default_factory=leaderboard_columns)
     board: Board = field(init=False)
     downloads: Path = field(init=False)
     version: int = field(default=0, init=False)  # bumped whenever the board changes
@@ -230,7 +232,9 @@ class LeaderboardState:
             return True
 
     def _board(self, scan: Any) -> Board:
-        return Board(scan, include_reported=self.include_reported, rank_cache=self.rank_cache)
+        return Board(
+            scan, include_reported=self.include_reported, rank_cache=self.rank_cache, columns=self.columns
+        )
 
     def queue(self) -> Any:
         from knowgic.runner.queue.queue import JobQueue
@@ -290,9 +294,9 @@ class Controls:
         return TableQuery(
             search=v["search"] or "",
             filters={key: list(v[key] or []) for key, _ in FILTERS},
-            sort=v["sort"] or DEFAULT_SORT,
+            sort=v["sort"] or None,
             descending=v["order"] != "ascending",
-            columns=list(v["columns"] or DEFAULT_COLUMNS),
+            columns=list(v["columns"] or []) or None,
             page=int(page or 1),
             model=model or self.model,
             part=part,
@@ -344,7 +348,7 @@ class BoardTab:
         return models[0] if models else ALL_MODELS
 
     def build(self) -> None:
-        board = self.state.board
+        board, columns = self.state.board, self.state.columns
         with gr.Tab("Leaderboard", id="board"):
             self.row_ids = gr.State([])  # the ids of the rows shown, for a click on a row
             with gr.Row(equal_height=True, elem_id="kg-board-head"):
@@ -396,8 +400,8 @@ class BoardTab:
                         elem_id="kg-search",
                     )
                     self.sort = gr.Dropdown(
-                        [(label, key) for key, label in SORTABLE],
-                        value=DEFAULT_SORT,
+                        [(label, key) for key, label in sortable(columns)],
+                        value=columns.rank.path,
                         label="Sort by",
                         elem_id="kg-sort",
                     )
@@ -416,8 +420,8 @@ class BoardTab:
                         for key, label in FILTERS
                     }
                 self.columns = gr.CheckboxGroup(
-                    [(label, key) for key, label in COLUMN_HEADERS.items()],
-                    value=list(DEFAULT_COLUMNS),
+                    [(label, key) for key, label in column_headers(columns).items()],
+                    value=list(default_columns(columns)),
                     label="Columns (model, protocol, mode, dataset and source show only where rows differ)",
                     elem_id="kg-columns",
                 )
@@ -525,8 +529,8 @@ class PlotsTab:
             model = controls.model if controls.model in models else (models[0] if models else None)
         return (
             gr.Dropdown(choices=models, value=model),
-            plots.tradeoff_figure(frame, model or ""),
-            plots.length_figure(frame, model or ""),
+            plots.tradeoff_figure(frame, model or "", self.state.columns),
+            plots.length_figure(frame, model or "", self.state.columns),
         )
 
     def wire(self) -> None:
@@ -601,8 +605,8 @@ class DetailTab:
         return (
             header,
             metrics,
-            plots.heatmap_figure([], ""),
-            views.per_edit_frame({}),
+            plots.heatmap_figure([], "", self.state.columns),
+            views.per_edit_frame({}, self.state.columns),
             gr.Dropdown(choices=[], value=None),
             views.empty_chains(),
             None,
@@ -613,15 +617,20 @@ class DetailTab:
 
     def show(self, row_id: str | None) -> tuple[Any, ...]:
         state = self.state
+        columns = state.columns
         row = state.board.by_id.get((row_id or "").strip())
         if row is None:
             message = "Choose a result: click a row of the ranking, or open a permalink (?result=ID)."
             if row_id:
                 message = f"No result with id {row_id!r} in this leaderboard."
-            return self._without_document(f"<p>{html.escape(message)}</p>", views.metrics_frame(None, None))
+            return self._without_document(
+                f"<p>{html.escape(message)}</p>", views.metrics_frame(None, None, columns)
+            )
         permalink = f"?result={quote(row.row_id)}"
         if row.entry is None:  # reported: no document
-            return self._without_document(views.detail_header(row, permalink), views.metrics_frame(row, None))
+            return self._without_document(
+                views.detail_header(row, permalink), views.metrics_frame(row, None, columns)
+            )
         try:
             document = row.entry.document
         except StoreFileError as exc:
@@ -635,11 +644,13 @@ class DetailTab:
             files.append(str(self._copy(archive, f"submission-{archive.name}")))
         return (
             views.detail_header(row, permalink) + views.private_note(document),
-            views.metrics_frame(row, document),
+            views.metrics_frame(row, document, columns),
             plots.heatmap_figure(
-                document["per_edit"][: views.DETAIL_ROWS], f"{row.model} · {row.editor}: per-edit metrics"
+                document["per_edit"][: views.DETAIL_ROWS],
+                f"{row.model} · {row.editor}: per-edit metrics",
+                columns,
             ),
-            views.per_edit_frame(document),
+            views.per_edit_frame(document, columns),
             gr.Dropdown(choices=choices, value=first),
             views.chains_frame(document, first),
             views.bounded_json(dict(document["config"])),
@@ -727,7 +738,7 @@ class CompareTab:
 
     def run(self, a: str | None, b: str | None) -> tuple[Any, ...]:
         board = self.state.board
-        comparison = views.compare(board.by_id.get(a or ""), board.by_id.get(b or ""))
+        comparison = views.compare(board.by_id.get(a or ""), board.by_id.get(b or ""), self.state.columns)
         return compare_html(comparison, a, b), comparison.metrics, comparison.edits
 
     def wire(self) -> None:
@@ -844,7 +855,7 @@ def build_app(
             compare.build()
             queue.build()
             with gr.Tab("About", id="about"):
-                gr.Markdown(about_markdown(), elem_id="kg-about")
+                gr.Markdown(about_markdown(state.columns), elem_id="kg-about")
         seen_version = gr.State(-1)  # the board version this page shows
         timer = gr.Timer(refresh_seconds)
         for piece in (board, plot_tab, detail, compare, queue):

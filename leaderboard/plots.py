@@ -15,7 +15,8 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from knowgic.leaderboard.table import CHAIN_LENGTHS, METRIC_COLUMNS, PER_EDIT_METRICS, method_links
+from knowgic.leaderboard.columns import Columns, MetricColumn, frame_column, leaderboard_columns
+from knowgic.leaderboard.table import method_links
 
 _SYMBOLS = {"verified": "circle", "local": "diamond", "reported": "square"}
 UNDEFINED_GREY = "#bdbdbd"
@@ -84,26 +85,32 @@ def _empty(message: str) -> go.Figure:
     return figure
 
 
-def tradeoff_figure(frame: pd.DataFrame, model: str) -> go.Figure:
-    """IFR (x, lower is better) against Preservation (y, higher is better) for one model, one point per
-    result coloured by editor, marker by source, and the Pareto frontier as a line."""
+def _figures(group: pd.DataFrame, column: MetricColumn) -> tuple[list[Any], list[Any], list[Any]]:
+    """A metric's values and interval ends in a board's frame."""
+    value, low, high = (group[frame_column(column.path, stat)].tolist() for stat in ("", "low", "high"))
+    return value, low, high
+
+
+def tradeoff_figure(frame: pd.DataFrame, model: str, columns: Columns | None = None) -> go.Figure:
+    """The trade-off axes (:data:`knowgic.leaderboard.columns.TRADEOFF`: IFR, lower is better, against
+    Preservation, higher is better) for one model, one point per result coloured by editor, marker by
+    source, and the Pareto frontier as a line."""
+    x, y = (columns or leaderboard_columns()).tradeoff
     if frame.empty or not model:
         return _empty("no results to plot")
-    rows = frame[(frame["model"] == model) & frame["ifr"].notna() & frame["preservation"].notna()]
+    xs, ys = frame_column(x.path), frame_column(y.path)
+    rows = frame[(frame["model"] == model) & frame[xs].notna() & frame[ys].notna()]
     if rows.empty:
-        return _empty(f"no result of {model} has both IFR and Preservation")
+        return _empty(f"no result of {model} has both {x.label} and {y.label}")
     figure = go.Figure()
     for (editor, source), group in rows.groupby(["editor", "source"], sort=True):
+        x_values, y_values = _figures(group, x), _figures(group, y)
         figure.add_trace(
             go.Scatter(
-                x=group["ifr"].tolist(),
-                y=group["preservation"].tolist(),
-                error_x=_error(group["ifr"].tolist(), group["ifr_low"].tolist(), group["ifr_high"].tolist()),
-                error_y=_error(
-                    group["preservation"].tolist(),
-                    group["preservation_low"].tolist(),
-                    group["preservation_high"].tolist(),
-                ),
+                x=x_values[0],
+                y=y_values[0],
+                error_x=_error(*x_values),
+                error_y=_error(*y_values),
                 mode="markers",
                 name=_plain(f"{editor} ({source})"),
                 legendgroup=_plain(editor),
@@ -111,10 +118,11 @@ def tradeoff_figure(frame: pd.DataFrame, model: str) -> go.Figure:
                 text=[
                     _plain(f"{r.editor} · {r.protocol} · {r.mode} · {r.row_id}") for r in group.itertuples()
                 ],
-                hovertemplate="%{text}<br>IFR %{x:.3f}<br>Preservation %{y:.3f}<extra></extra>",
+                hovertemplate=f"%{{text}}<br>{_plain(x.label)} %{{x:.3f}}<br>{_plain(y.label)} %{{y:.3f}}"
+                "<extra></extra>",
             )
         )
-    front = pareto_front(list(zip(rows["ifr"].tolist(), rows["preservation"].tolist(), strict=True)))
+    front = pareto_front(list(zip(rows[xs].tolist(), rows[ys].tolist(), strict=True)))
     figure.add_trace(
         go.Scatter(
             x=[f for f, _ in front],
@@ -127,85 +135,99 @@ def tradeoff_figure(frame: pd.DataFrame, model: str) -> go.Figure:
     )
     figure.update_layout(
         _LAYOUT,
-        title_text=_plain(f"{model}: IFR against Preservation"),
-        xaxis={"title": f"{_axis('ifr')} (bars: 95% interval)", "range": [-0.02, 1.02]},
-        yaxis={"title": _axis("preservation"), "range": [-0.02, 1.02]},
+        title_text=_plain(f"{model}: {x.label} against {y.label}"),
+        xaxis={"title": f"{_axis(x)} (bars: 95% interval)", "range": [-0.02, 1.02]},
+        yaxis={"title": _axis(y), "range": [-0.02, 1.02]},
         height=520,
     )
     return figure
 
 
-def length_figure(frame: pd.DataFrame, model: str) -> go.Figure:
-    """IFR by chain length for one model: one line per editor (per source), the editor's result with the
-    best deep-editing score among those shown (the first by IFR where none has one)."""
-    if frame.empty or not model:
+def length_figure(frame: pd.DataFrame, model: str, columns: Columns | None = None) -> go.Figure:
+    """IFR by chain length (the parts of :data:`knowgic.leaderboard.columns.BY_LENGTH`) for one model: one
+    line per editor (per source), the editor's result with the best rank metric (deep-editing score) among
+    those shown (the first by the trade-off's x, IFR, where none has one)."""
+    columns = columns or leaderboard_columns()
+    parts = columns.parts
+    if frame.empty or not model or not parts:
         return _empty("no results to plot")
-    columns = [f"ifr_len_{n}" for n in CHAIN_LENGTHS]
-    rows = frame[(frame["model"] == model) & frame[columns].notna().any(axis=1)]
+    metric = parts[0].metric
+    keys = [frame_column(c.path) for c in parts]
+    rows = frame[(frame["model"] == model) & frame[keys].notna().any(axis=1)]
     if rows.empty:
-        return _empty(f"no result of {model} has IFR by chain length")
+        return _empty(f"no result of {model} has {metric.label}")
     figure = go.Figure()
-    ordered = rows.sort_values(["deep_editing_score", "ifr"], ascending=[False, True], na_position="last")
+    first = (columns.rank, columns.tradeoff[0])
+    ordered = rows.sort_values(
+        [frame_column(c.path) for c in first],
+        ascending=[c.lower_is_better for c in first],
+        na_position="last",
+    )
     for (editor, source), group in ordered.groupby(["editor", "source"], sort=True):
         best = group.iloc[0]
         figure.add_trace(
             go.Scatter(
-                x=list(CHAIN_LENGTHS),
-                y=[None if pd.isna(best[c]) else float(best[c]) for c in columns],
+                x=list(columns.lengths),
+                y=[None if pd.isna(best[k]) else float(best[k]) for k in keys],
                 error_y=_error(
-                    [best[c] for c in columns],
-                    [best[f"{c}_low"] for c in columns],
-                    [best[f"{c}_high"] for c in columns],
+                    [best[k] for k in keys],
+                    [best[frame_column(c.path, "low")] for c in parts],
+                    [best[frame_column(c.path, "high")] for c in parts],
                 ),
                 mode="lines+markers",
                 name=_plain(f"{editor} ({source})"),
                 line={"color": editor_colour(editor), "dash": "dot" if source == "reported" else "solid"},
                 marker={"color": editor_colour(editor)},
-                text=[_plain(best["row_id"])] * len(CHAIN_LENGTHS),
-                hovertemplate="%{text}<br>length %{x}: IFR %{y:.3f}<extra></extra>",
+                text=[_plain(best["row_id"])] * len(parts),
+                hovertemplate=f"%{{text}}<br>{_plain(metric.short)}%{{x}}: %{{y:.3f}}<extra></extra>",
             )
         )
     figure.update_layout(
         _LAYOUT,
-        title_text=_plain(f"{model}: IFR by chain length"),
+        title_text=_plain(f"{model}: {metric.label}"),
         xaxis={"title": "chain length n", "dtick": 1},
-        yaxis_title=_axis("ifr"),
+        yaxis_title=_axis(parts[0]),
         height=480,
     )
     return figure
 
 
-def _axis(key: str) -> str:
-    column = METRIC_COLUMNS[key]
-    return f"{column.label} ({'lower' if column.lower_is_better else 'higher'} is better)"
+def _axis(column: MetricColumn) -> str:
+    """An axis title: the metric's label and which way is better (a part's: its metric's label)."""
+    return f"{column.metric.label} ({column.direction} is better)"
 
 
 # One colour means good in every column: red (worse) to blue (better), on each metric's own direction.
 GOODNESS_SCALE = [[0.0, "#b2182b"], [0.5, "#f7f7f7"], [1.0, "#2166ac"]]
 
 
-def heatmap_figure(per_edit: Sequence[Mapping[str, Any]], title: str) -> go.Figure:
-    """Edit x metric, coloured by how good each value is (1 − IFR for IFR, the value for the others, by
-    each metric's declared direction), the value itself written and on hover; grey where undefined."""
+def heatmap_figure(
+    per_edit: Sequence[Mapping[str, Any]], title: str, columns: Columns | None = None
+) -> go.Figure:
+    """Edit x metric (the per-edit metrics the records carry), coloured by how good each value is (1 − IFR
+    for IFR, the value for the others: the value's place within its declared bounds, flipped where lower
+    is better), the value itself written and on hover; grey where undefined."""
     if not per_edit:
         return _empty("this result has no per-edit records")
     labels = [
         _plain(f"{r['edit_id']} · {r.get('subject', '')} → {r.get('target_new', '')}") for r in per_edit
     ]
-    columns = [METRIC_COLUMNS[key] for key in PER_EDIT_METRICS]
+    metrics = (columns or leaderboard_columns()).per_edit_in(per_edit)
 
-    def good(value: Any, lower: bool) -> float | None:
+    def good(value: Any, column: MetricColumn) -> float | None:
         if value is None:
             return None
-        return 1.0 - float(value) if lower else float(value)
+        low, high = column.metric.bounds
+        share = float(value) if low is None or high is None else (float(value) - low) / (high - low)
+        return 1.0 - share if column.lower_is_better else share
 
-    values = [[r.get(c.key) for c in columns] for r in per_edit]
-    z = [[good(v, c.lower_is_better) for v, c in zip(line, columns, strict=True)] for line in values]
+    values = [[r.get(c.path) for c in metrics] for r in per_edit]
+    z = [[good(v, c) for v, c in zip(line, metrics, strict=True)] for line in values]
     shown = [["–" if v is None else f"{v:.2f}" for v in line] for line in values]
     figure = go.Figure(
         go.Heatmap(
             z=z,
-            x=[f"{c.label} {'↓' if c.lower_is_better else '↑'}" for c in columns],
+            x=[f"{c.label} {c.metric.arrow}" for c in metrics],
             y=labels,
             zmin=0.0,
             zmax=1.0,

@@ -21,12 +21,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from knowgic.errors import KnowgicError
-from knowgic.leaderboard.table import RANK_METRIC
+from knowgic.leaderboard.columns import RANK_METRIC
 from knowgic.measure.compare import comparability_problem, paired_resamples, ranks_by_significance
 
 
-def _score(document: Mapping[str, Any]) -> tuple[float | None, float | None, float | None]:
-    entry = document["metrics"].get(RANK_METRIC) or {}
+def _score(document: Mapping[str, Any], metric: str) -> tuple[float | None, float | None, float | None]:
+    entry = document["metrics"].get(metric) or {}
     interval = entry.get("interval") or [None, None]
     return entry.get("value"), interval[0], interval[1]
 
@@ -44,10 +44,10 @@ def _comparable_groups(documents: Sequence[Mapping[str, Any]]) -> list[list[int]
     return groups
 
 
-def uncertainty_ranks(documents: Sequence[Mapping[str, Any]]) -> list[int | None]:
-    r"""Rank of each run of one track: :math:`1 + |\{j : j \text{ significantly better than } i\}|`;
-    ``None`` where the run has no deep-editing score."""
-    scores = [_score(d) for d in documents]
+def uncertainty_ranks(documents: Sequence[Mapping[str, Any]], metric: str = RANK_METRIC) -> list[int | None]:
+    r"""Rank of each run of one track on ``metric`` (the board's rank metric, the deep-editing score):
+    :math:`1 + |\{j : j \text{ significantly better than } i\}|`; ``None`` where the run has no value."""
+    scores = [_score(d, metric) for d in documents]
     better = [0] * len(documents)
     group_of: dict[int, int] = {}
     for g, group in enumerate(_comparable_groups(documents)):
@@ -56,7 +56,7 @@ def uncertainty_ranks(documents: Sequence[Mapping[str, Any]]) -> list[int | None
         if len(group) < 2:
             continue
         try:
-            ranks = ranks_by_significance(paired_resamples([documents[i] for i in group]), RANK_METRIC)
+            ranks = ranks_by_significance(paired_resamples([documents[i] for i in group]), metric)
         except KnowgicError:  # comparable by construction; an old file without statistics says so here
             continue
         for i, rank in zip(group, ranks, strict=True):

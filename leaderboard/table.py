@@ -24,82 +24,13 @@ import pandas as pd
 
 from knowgic.formatting import FEW_EDITS_MARK, UNDEFINED, few_edits_note, format_interval, format_number
 from knowgic.intervals import FEW_EDITS
+from knowgic.leaderboard.columns import Columns, frame_column, leaderboard_columns
 from knowgic.results import content_sha256
 from knowgic.runner.store.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
-from knowgic.spec import MetricSpec, benchmark_spec
 from knowgic.yamlfile import read_yaml
 
 DATA_DIR = Path(__file__).parent / "data"
 REPORTED_DIR = DATA_DIR / "reported"
-
-_SPEC = benchmark_spec()
-_SPEC_METRICS = _SPEC.metrics
-RANK_METRIC = "deep_editing_score"
-# Every column comes from the metric declarations in spec/benchmark.yaml: the headline metrics are the
-# table's metric columns, and the compact default view shows the deep-editing score and the metrics it
-# summarises (its ``of``); IFR by chain length (``parts``) is a column group to switch on.
-_TABLE_METRICS: tuple[str, ...] = tuple(name for name, m in _SPEC_METRICS.items() if m.headline)
-HEADLINE: tuple[str, ...] = (*_SPEC_METRICS[RANK_METRIC].of, RANK_METRIC)
-CHAIN_LENGTHS: tuple[int, ...] = tuple(int(part) for part in _SPEC_METRICS["ifr_by_length"].parts)
-
-
-@dataclass(frozen=True)
-class MetricColumn:
-    """A metric column of the table, as declared in the spec."""
-
-    key: str  # column key: the results.json metric name, or ifr_len_<n> for IFR by chain length
-    path: str  # its path in results.json's "metrics" (ifr_by_length.<n> for a length)
-    label: str
-    direction: str  # "lower" or "higher" is better
-    description: str
-
-    @property
-    def lower_is_better(self) -> bool:
-        return self.direction == "lower"
-
-
-def _declared(name: str, part: str = "") -> MetricColumn:
-    spec = _SPEC_METRICS[name]
-    if not part:
-        return MetricColumn(name, name, spec.label, spec.direction, spec.description)
-    # A part's column header: the short header and the part ("IFR n=" + "2").
-    return MetricColumn(
-        f"ifr_len_{part}", f"{name}.{part}", f"{spec.short}{part}", spec.direction, spec.description
-    )
-
-
-METRIC_COLUMNS: dict[str, MetricColumn] = {
-    **{name: _declared(name) for name in _TABLE_METRICS},
-    **{f"ifr_len_{n}": _declared("ifr_by_length", str(n)) for n in CHAIN_LENGTHS},
-}
-METRICS: tuple[tuple[str, str], ...] = tuple((k, METRIC_COLUMNS[k].label) for k in _TABLE_METRICS)
-# The table metrics that every per-edit record carries too (a composite is a run's summary only).
-PER_EDIT_METRICS: tuple[str, ...] = tuple(k for k in _TABLE_METRICS if _SPEC_METRICS[k].kind != "composite")
-LENGTH_METRICS: tuple[tuple[str, str], ...] = tuple(
-    (f"ifr_len_{n}", METRIC_COLUMNS[f"ifr_len_{n}"].label) for n in CHAIN_LENGTHS
-)
-ALL_METRICS = METRICS + LENGTH_METRICS
-LOWER_IS_BETTER = frozenset(k for k, column in METRIC_COLUMNS.items() if column.lower_is_better)
-
-
-def metric_label(path: str) -> str:
-    """A metric's label by its path in results.json (``ifr_by_length.2`` -> "IFR n=2"), from the spec."""
-    head, _, part = path.partition(".")
-    if part and head == "ifr_by_length" and f"ifr_len_{part}" in METRIC_COLUMNS:
-        return METRIC_COLUMNS[f"ifr_len_{part}"].label
-    return _SPEC.path_label(path)
-
-
-def metric_spec(name: str) -> MetricSpec:
-    """A metric's declaration in spec/benchmark.yaml."""
-    return _SPEC_METRICS[name]
-
-
-def metric_direction(path: str) -> str | None:
-    """ "lower" or "higher" (is better) for a metric path, from the spec; None when undeclared."""
-    spec = _SPEC.metric_at(path)
-    return spec.direction if spec else None
-
 
 CATEGORICAL: tuple[tuple[str, str], ...] = (
     ("model", "Model"),
@@ -121,27 +52,41 @@ EXTRA_COLUMNS: tuple[tuple[str, str], ...] = (
     ("row_id", "Id"),
 )
 RANK_HEADER = "Rank"
-COLUMN_HEADERS: dict[str, str] = dict(CATEGORICAL + ALL_METRICS + EXTRA_COLUMNS)
-# The source is a badge in the editor's cell (verified runs), not a column of its own; the private IFR
-# shows only where some row has one.
-DEFAULT_COLUMNS: tuple[str, ...] = (
-    *(key for key, _ in CATEGORICAL if key != "source"),
-    *HEADLINE,
-    "private_ifr",
-    "links",
-)
 # Shown only where they differ between the rows asked for: a column holding one value says nothing. The
 # editor names the row, so it always shows.
 HIDE_WHEN_CONSTANT = frozenset(key for key, _ in CATEGORICAL if key != "editor")
 HIDE_WHEN_EMPTY = frozenset({"private_ifr"})
-SORTABLE: tuple[tuple[str, str], ...] = (
-    *ALL_METRICS,
+_SORTABLE_EXTRA: tuple[tuple[str, str], ...] = (
     ("private_ifr", "Private IFR"),
     ("active_chains", "Active chains"),
     ("added", "Added"),
 )
+
+
+def column_headers(columns: Columns) -> dict[str, str]:
+    """Every column a person can show, key -> header, in order: the names, the metric columns (keyed by
+    metric path, headed by the declared label), then the others."""
+    return {**dict(CATEGORICAL), **{c.path: c.label for c in columns.table}, **dict(EXTRA_COLUMNS)}
+
+
+def default_columns(columns: Columns) -> tuple[str, ...]:
+    """The compact view: the names, the rank metric and the metrics it summarises, the private IFR (shown
+    only where some row has one) and the links. The source is a badge in the editor's cell (verified
+    runs), not a column of its own."""
+    return (
+        *(key for key, _ in CATEGORICAL if key != "source"),
+        *(c.path for c in columns.default),
+        "private_ifr",
+        "links",
+    )
+
+
+def sortable(columns: Columns) -> tuple[tuple[str, str], ...]:
+    """The columns the table sorts by, (key, header): every metric column, then a few others."""
+    return (*((c.path, c.label) for c in columns.table), *_SORTABLE_EXTRA)
+
+
 NO_PRIVATE = "no private split was scored in this run"
-DEFAULT_SORT = "deep_editing_score"
 PAGE_SIZE = 25
 ALL_MODELS = "all models"
 UNSTATED = "unstated"
@@ -282,17 +227,24 @@ def _submitter(manifest: Mapping[str, Any] | None, label: str | None) -> str:
     return " · ".join(part for part in (what, who) if part)
 
 
-def row_from_entry(entry: StoreEntry) -> Row:
-    """A stored run as a row: its metrics, counts and links."""
+def _entry_at(metrics: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
+    """The entry at a metric path of a results document's ``metrics``; None where it has none."""
+    head, _, part = path.partition(".")
+    entry = metrics.get(head)
+    if part:
+        entry = entry.get(part) if isinstance(entry, Mapping) else None
+    return entry if isinstance(entry, Mapping) else None
+
+
+def row_from_entry(entry: StoreEntry, columns: Columns) -> Row:
+    """A stored run as a row: its metrics (one cell per metric column), counts and links."""
     summary = entry.summary
     config = summary["config"]
     metrics = summary["metrics"]
-    cells = {key: MetricCell.from_results(metrics.get(key), "not in this results file") for key, _ in METRICS}
-    by_length = metrics.get("ifr_by_length") or {}
-    for n in CHAIN_LENGTHS:
-        cells[f"ifr_len_{n}"] = MetricCell.from_results(
-            by_length.get(str(n)), f"no chain of length {n} in this run"
-        )
+    cells = {
+        c.path: MetricCell.from_results(_entry_at(metrics, c.path), "not in this results file")
+        for c in columns.table
+    }
     editor = str(config["editor"])
     builtin = method_links().get(editor, {})
     builtin_class = config.get("editor_class", "").startswith("knowgic.editors.")
@@ -350,9 +302,14 @@ def _slug(value: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", value.lower()).strip("-")
 
 
-@lru_cache(maxsize=1)
-def reported_rows() -> tuple[Row, ...]:
-    """The KnowGIC authors' published IFR and Preservation (leaderboard/data/reported/)."""
+# The authors' files name metrics by these columns (the lengths file's rows are the parts of IFR by length).
+_REPORTED_METRICS = {"IFR": "ifr", "Preservation": "preservation"}
+
+
+@lru_cache(maxsize=2)
+def reported_rows(columns: Columns) -> tuple[Row, ...]:
+    """The KnowGIC authors' published IFR and Preservation (leaderboard/data/reported/), a cell for each
+    of ``columns``' metric columns (undefined where they report nothing)."""
     with (REPORTED_DIR / "ifr_by_chain_length.csv").open(encoding="utf-8", newline="") as handle:
         by_length: dict[tuple[str, str], list[float]] = {}
         for record in csv.DictReader(handle):
@@ -363,17 +320,15 @@ def reported_rows() -> tuple[Row, ...]:
             model, technique = record["Model"], record["Technique"]
             editor = _REPORTED_EDITORS.get(technique, technique.lower())
             absent = f"not reported ({REPORTED_NOTE})"
-            cells = {key: MetricCell(None, reason=absent) for key, _ in METRICS}
-            cells["ifr"] = MetricCell(float(record["IFR"]), interval_reason="the authors report no interval")
-            cells["preservation"] = MetricCell(
-                float(record["Preservation"]), interval_reason="the authors report no interval"
-            )
+            cells = {c.path: MetricCell(None, reason=absent) for c in columns.table}
+            for name, path in _REPORTED_METRICS.items():
+                cells[path] = MetricCell(
+                    float(record[name]), interval_reason="the authors report no interval"
+                )
             lengths = by_length.get((model, technique), [])
-            for n in CHAIN_LENGTHS:
-                if len(lengths) == len(CHAIN_LENGTHS):
-                    cells[f"ifr_len_{n}"] = MetricCell(lengths[n - 1], interval_reason=_REPORTED_ORDER_NOTE)
-                else:
-                    cells[f"ifr_len_{n}"] = MetricCell(None, reason=absent)
+            if len(lengths) == len(columns.parts):
+                for column, value in zip(columns.parts, lengths, strict=True):
+                    cells[column.path] = MetricCell(value, interval_reason=_REPORTED_ORDER_NOTE)
             links = method_links().get(editor, {})
             rows.append(
                 Row(
@@ -393,8 +348,9 @@ def reported_rows() -> tuple[Row, ...]:
     return tuple(rows)
 
 
-def _frame(rows: Sequence[Row]) -> pd.DataFrame:
-    """Numbers for filtering and sorting: one column per value, n and interval end."""
+def _frame(rows: Sequence[Row], columns: Columns) -> pd.DataFrame:
+    """Numbers for filtering and sorting: one column per value, n and interval end (named by
+    :func:`~knowgic.leaderboard.columns.frame_column`)."""
     records = []
     for index, row in enumerate(rows):
         record: dict[str, Any] = {
@@ -414,13 +370,13 @@ def _frame(rows: Sequence[Row]) -> pd.DataFrame:
             "label": row.label,
             "added": row.added,
         }
-        for key, _ in ALL_METRICS:
-            cell = row.metrics[key]
-            record[key] = math.nan if cell.value is None else cell.value
-            record[f"{key}_n"] = cell.n
-            record[f"{key}_low"] = cell.low
-            record[f"{key}_high"] = cell.high
-            record[f"{key}_reason"] = cell.reason or ""
+        for column in columns.table:
+            cell = row.metrics[column.path]
+            record[frame_column(column.path)] = math.nan if cell.value is None else cell.value
+            record[frame_column(column.path, "n")] = cell.n
+            record[frame_column(column.path, "low")] = cell.low
+            record[frame_column(column.path, "high")] = cell.high
+            record[frame_column(column.path, "reason")] = cell.reason or ""
         private = row.private_ifr
         record["private_ifr"] = math.nan if private is None or private.value is None else private.value
         record["private_ifr_low"] = None if private is None else private.low
@@ -444,9 +400,9 @@ class TableQuery:
 
     search: str = ""
     filters: Mapping[str, Sequence[str]] = field(default_factory=dict)  # column -> allowed values
-    sort: str = DEFAULT_SORT
+    sort: str | None = None  # a column key; None: the rank metric
     descending: bool = True
-    columns: Sequence[str] = DEFAULT_COLUMNS
+    columns: Sequence[str] | None = None  # column keys; None: the compact default view
     page: int = 1
     page_size: int = PAGE_SIZE
     model: str | None = None
@@ -481,20 +437,28 @@ def verified_document(entry: StoreEntry) -> dict[str, Any]:
 class Board:
     """Every row of a store scan plus the reported rows, ready to search, filter, sort and page.
 
-    ``rank_cache`` (shared between the boards of one app) keeps each track's ranks by the hashes of its
-    runs, so a store change recomputes only the tracks it touched.
+    ``columns``: the metric columns (default: the shipped spec's, read on first use); an app builds them
+    once and hands them to every board. ``rank_cache`` (shared between the boards of one app) keeps each
+    track's ranks by the hashes of its runs, so a store change recomputes only the tracks it touched.
     """
 
     def __init__(
-        self, scan: StoreScan, *, include_reported: bool = True, rank_cache: RankCache | None = None
+        self,
+        scan: StoreScan,
+        *,
+        include_reported: bool = True,
+        rank_cache: RankCache | None = None,
+        columns: Columns | None = None,
     ) -> None:
-        rows = [row_from_entry(e) for e in scan.entries]
+        self.columns = columns if columns is not None else leaderboard_columns()
+        self.headers = column_headers(self.columns)
+        rows = [row_from_entry(e, self.columns) for e in scan.entries]
         if include_reported:
-            rows.extend(reported_rows())
+            rows.extend(reported_rows(self.columns))
         self.rows: list[Row] = rows
         self.skipped: list[SkippedFile] = list(scan.skipped)
         self.by_id: dict[str, Row] = {row.row_id: row for row in rows}
-        self.frame = _frame(rows)
+        self.frame = _frame(rows, self.columns)
         self.signature = tuple((e.entry_id, e.results_sha256) for e in scan.entries)
         self._rank_cache: RankCache = {} if rank_cache is None else rank_cache
 
@@ -533,15 +497,23 @@ class Board:
             for word in needle.split():
                 mask &= frame["haystack"].str.contains(word, regex=False)
         selected = frame[mask]
-        sort = query.sort if query.sort in selected.columns else DEFAULT_SORT
         return selected.sort_values(
-            [sort, "row_id"], ascending=[not query.descending, True], na_position="last", kind="stable"
+            [self._sort_column(query), "row_id"],
+            ascending=[not query.descending, True],
+            na_position="last",
+            kind="stable",
         )
+
+    def _sort_column(self, query: TableQuery) -> str:
+        """The frame column a query sorts by: its own where the frame has it, else the rank metric's."""
+        asked = frame_column(query.sort) if query.sort else ""
+        return asked if asked in self.frame.columns else frame_column(self.columns.rank.path)
 
     def ranks(self, model: str) -> dict[str, int | None]:
         """Row id -> rank among the stored runs of ``model``'s track (see :mod:`knowgic.leaderboard.ranking`)."""
         from knowgic.leaderboard.ranking import uncertainty_ranks
 
+        metric = self.columns.rank.path
         tracks: dict[tuple[str, ...], list[Row]] = {}
         for row in self.rows:
             if row.model == model and row.entry is not None:
@@ -559,7 +531,7 @@ class Board:
                         continue
                 by_sha = {
                     row.entry.results_sha256: rank  # type: ignore[union-attr]
-                    for row, rank in zip(readable, uncertainty_ranks(documents), strict=True)
+                    for row, rank in zip(readable, uncertainty_ranks(documents, metric), strict=True)
                 }
                 self._rank_cache[key] = by_sha
             cached = self._rank_cache[key]
@@ -568,7 +540,7 @@ class Board:
 
     def page(self, query: TableQuery) -> TablePage:
         selected = self.select(query)
-        columns = [c for c in query.columns if c in COLUMN_HEADERS] or list(DEFAULT_COLUMNS)
+        columns = [c for c in query.columns or () if c in self.headers] or list(default_columns(self.columns))
         constant: dict[str, str] = {}
         if len(selected):
             for column in columns:
@@ -580,11 +552,12 @@ class Board:
             columns = [c for c in columns if c not in constant and c not in empty]
         ranked = query.part == "ranked" and bool(query.model) and query.model != ALL_MODELS
         ranks = self.ranks(str(query.model)) if ranked and len(selected) else {}
-        if ranks and query.sort == DEFAULT_SORT and query.descending:
+        score = frame_column(self.columns.rank.path)
+        if ranks and query.sort in (None, self.columns.rank.path) and query.descending:
             # The ranking's own order, as Chatbot Arena's: by rank, then by score within a rank.
             order = selected["row_id"].map(lambda i: ranks.get(i) or math.inf)
             selected = selected.assign(_rank=order).sort_values(
-                ["_rank", DEFAULT_SORT, "row_id"],
+                ["_rank", score, "row_id"],
                 ascending=[True, False, True],
                 na_position="last",
                 kind="stable",
@@ -596,9 +569,9 @@ class Board:
         shown = selected.iloc[start : start + query.page_size]
         rows = [self.rows[int(i)] for i in shown["index"].tolist()] if total else []
         cells = [[self._cell(row, c) for c in columns] for row in rows]
-        headers = [COLUMN_HEADERS[c] for c in columns]
-        datatypes = ["html" if c in _HTML_COLUMNS else "str" for c in columns]
-        widths = [column_width(c) for c in columns]
+        headers = [self.headers[c] for c in columns]
+        datatypes = ["html" if self._html(c) else "str" for c in columns]
+        widths = [column_width(c, self.columns) for c in columns]
         if ranked:
             cells = [[rank_html(ranks.get(row.row_id)), *line] for row, line in zip(rows, cells, strict=True)]
             headers, datatypes, widths = [RANK_HEADER, *headers], ["html", *datatypes], ["56px", *widths]
@@ -614,9 +587,11 @@ class Board:
             constant=constant,
         )
 
-    @staticmethod
-    def _cell(row: Row, column: str) -> Any:
-        if column in _METRIC_KEYS:
+    def _html(self, column: str) -> bool:
+        return self.columns.is_table_metric(column) or column in _HTML_COLUMNS
+
+    def _cell(self, row: Row, column: str) -> Any:
+        if self.columns.is_table_metric(column):
             return row.metrics[column].html(row.level)
         if column == "private_ifr":
             return private_ifr_html(row)
@@ -646,8 +621,8 @@ class Board:
         """The filtered, sorted table with every number (for the CSV download); undefined stays empty."""
         selected = self.select(query)
         columns = ["row_id", *(k for k, _ in CATEGORICAL), "active_chains", "edits"]
-        for key, _ in ALL_METRICS:
-            columns += [key, f"{key}_n", f"{key}_low", f"{key}_high", f"{key}_reason"]
+        for column in self.columns.table:
+            columns += [frame_column(column.path, stat) for stat in ("", "n", "low", "high", "reason")]
         columns += ["private_ifr", "private_ifr_low", "private_ifr_high", "private_flagged"]
         columns += ["paper", "code", "submitter", "label", "added"]
         if selected.empty:
@@ -667,7 +642,6 @@ def rank_html(rank: int | None) -> str:
     return f'<span class="kg-rank" title="{text(RANK_TITLE)}">{rank}</span>'
 
 
-_METRIC_KEYS = frozenset(key for key, _ in ALL_METRICS)
 _WIDTHS = {
     "model": "150px",
     "editor": "112px",
@@ -678,14 +652,14 @@ _WIDTHS = {
 }
 
 
-def column_width(column: str) -> str:
+def column_width(column: str, columns: Columns) -> str:
     """A metric cell holds value, interval and the few-edits mark on one line; names wrap."""
-    if column in _METRIC_KEYS or column == "private_ifr":
+    if columns.is_table_metric(column) or column == "private_ifr":
         return "180px"
     return _WIDTHS.get(column, "110px")
 
 
-_HTML_COLUMNS = _METRIC_KEYS | {"links", "row_id", "editor", "private_ifr"}
+_HTML_COLUMNS = frozenset({"links", "row_id", "editor", "private_ifr"})  # and every metric column
 
 
 def private_ifr_html(row: Row) -> str:

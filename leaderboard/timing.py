@@ -231,6 +231,7 @@ def cold_start(count: int, workdir: Path, given: Sequence[Path]) -> dict[str, An
     from gradio_client import Client
 
     from knowgic.leaderboard.app import build_app, launch_app
+    from knowgic.leaderboard.columns import RANK_METRIC
 
     store = fill_store(workdir / f"store-cold-{count}", real_runs(workdir / "runs", given), count)
     started = time.perf_counter()
@@ -242,7 +243,7 @@ def cold_start(count: int, workdir: Path, given: Sequence[Path]) -> dict[str, An
         page_seconds = time.perf_counter() - started
         client = Client(url, verbose=False)
         result = client.predict(
-            "", "", [], [], [], [], [], "deep_editing_score", "descending", [], 1, api_name="/table"
+            "", "", [], [], [], [], [], RANK_METRIC, "descending", [], 1, api_name="/table"
         )
         table_seconds = time.perf_counter() - started
         first_status = str(result[1]).replace("\n", " ").replace("*", "")

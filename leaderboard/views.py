@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -29,38 +29,22 @@ from knowgic.formatting import (
     verdict_meaning,
     verdict_words,
 )
+from knowgic.leaderboard.columns import Columns, leaderboard_columns
 from knowgic.leaderboard.table import (
-    ALL_METRICS,
-    METRIC_COLUMNS,
-    PER_EDIT_METRICS,
     Row,
     links_html,
-    metric_direction,
-    metric_label,
     row_label,
 )
 from knowgic.runner.store.store import StoreFileError
 
-PER_EDIT_COLUMNS = (
-    "edit_id",
-    "subject",
-    "prompt",
-    "target_true",
-    "target_new",
-    "chains",
-    "active_chains",
-    *PER_EDIT_METRICS,
-    "p_new",
-    "p_true",
-    "reasons",
-    "prompt_prefix",
-)
+# The per-edit table: these columns, with the per-edit metrics the records carry between them.
+PER_EDIT_BEFORE = ("edit_id", "subject", "prompt", "target_true", "target_new", "chains", "active_chains")
+PER_EDIT_AFTER = ("p_new", "p_true", "reasons", "prompt_prefix")
 # The per-edit table shows the start of an in-context prefix; the whole prefix is in the results.json download.
 PREFIX_SHOWN_CHARS = 500
 CHAIN_COLUMNS = ("case_id", "length", "active", "r_pre", "r_post", "known_post", "chain")
 CHAIN_WIDTHS = ["8%", "8%", "7%", "8%", "8%", "10%", "51%"]  # the chain text takes the rest
 METRICS_COLUMNS = ["Metric", "Value", "n", "Interval", "Better", "Note"]
-__all__ = ["metric_label"]  # re-exported: the views name metrics as the table does
 DETAIL_ROWS = 500  # rows of one per-edit, per-chain or edit-by-edit table sent to a browser
 CELL_CHARS = 1000  # characters of one table cell
 JSON_CHARS = 50_000  # characters of one JSON viewer (configuration, provenance, environment)
@@ -97,8 +81,13 @@ def _bounded_records(
     return shown
 
 
-def better_text(path: str) -> str:
-    return direction_text(metric_direction(path))
+def per_edit_columns(columns: Columns, records: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The per-edit table's columns for ``records``: the edit, its per-edit metrics, its probabilities."""
+    return (*PER_EDIT_BEFORE, *(c.path for c in columns.per_edit_in(records)), *PER_EDIT_AFTER)
+
+
+def better_text(path: str, columns: Columns) -> str:
+    return direction_text(columns.direction(path))
 
 
 def _interval(entry: Mapping[str, Any]) -> str:
@@ -109,9 +98,13 @@ def _value(value: Any) -> str:
     return format_number(value)
 
 
-def metrics_frame(row: Row | None, document: Mapping[str, Any] | None) -> pd.DataFrame:
+def metrics_frame(
+    row: Row | None, document: Mapping[str, Any] | None, columns: Columns | None = None
+) -> pd.DataFrame:
     """Every metric of a result (all of results.json's when there is a document, else the row's); with a
-    private split, its figures beside the public ones (Private, Private n, Private interval)."""
+    private split, its figures beside the public ones (Private, Private n, Private interval). Labels and
+    directions come from ``columns`` (default: the shipped spec's)."""
+    columns = columns or leaderboard_columns()
     records = []
     private = (document or {}).get("private") if document is not None else None
     private_metrics = private.get("metrics") if isinstance(private, Mapping) else None
@@ -119,18 +112,18 @@ def metrics_frame(row: Row | None, document: Mapping[str, Any] | None) -> pd.Dat
         pass
     elif document is not None:
         for name, entry in document["metrics"].items():
-            if name == "ifr_by_length":
-                items = [(f"ifr_by_length.{n}", e) for n, e in entry.items()]
+            if columns.parts_of(name):  # a metric with parts: one line per part
+                items = [(f"{name}.{part}", e) for part, e in entry.items()]
             else:
                 items = [(name, entry)]
             for path, item in items:
                 note = undefined_text(item) if item.get("value") is None else item.get("interval_reason")
                 record = {
-                    "Metric": metric_label(path),
+                    "Metric": columns.label(path),
                     "Value": _value(item.get("value")),
                     "n": item.get("n"),
                     "Interval": _interval(item),
-                    "Better": better_text(path),
+                    "Better": better_text(path, columns),
                     "Note": note or "",
                 }
                 if private_metrics is not None:
@@ -140,22 +133,22 @@ def metrics_frame(row: Row | None, document: Mapping[str, Any] | None) -> pd.Dat
                     record["Private interval"] = _interval(other)
                 records.append(record)
     else:
-        for key, header in ALL_METRICS:
-            cell = row.metrics[key]
+        for column in columns.table:
+            cell = row.metrics[column.path]
             records.append(
                 {
-                    "Metric": header,
+                    "Metric": column.label,
                     "Value": _value(cell.value),
                     "n": cell.n,
                     "Interval": "–",
-                    "Better": better_text(METRIC_COLUMNS[key].path),
+                    "Better": better_text(column.path, columns),
                     "Note": (cell.reason if cell.value is None else cell.interval_reason) or "",
                 }
             )
-    columns = list(METRICS_COLUMNS)
+    headers = list(METRICS_COLUMNS)
     if private_metrics is not None:
-        columns += ["Private", "Private n", "Private interval"]
-    return pd.DataFrame.from_records(records, columns=columns).astype(
+        headers += ["Private", "Private n", "Private interval"]
+    return pd.DataFrame.from_records(records, columns=headers).astype(
         {"n": "object", **({"Private n": "object"} if private_metrics is not None else {})}
     )
 
@@ -260,13 +253,14 @@ def provenance(row: Row, document: Mapping[str, Any]) -> dict[str, Any]:
     return info
 
 
-def per_edit_frame(document: Mapping[str, Any]) -> pd.DataFrame:
+def per_edit_frame(document: Mapping[str, Any], columns: Columns | None = None) -> pd.DataFrame:
     """The per-edit table (at most ``DETAIL_ROWS`` rows)."""
     records = []
     per_edit = document.get("per_edit", [])
+    shown_columns = per_edit_columns(columns or leaderboard_columns(), per_edit)
     for record in per_edit[:DETAIL_ROWS]:
         shown = {}
-        for column in PER_EDIT_COLUMNS:
+        for column in shown_columns:
             value = record.get(column)
             if column == "reasons":
                 value = "; ".join(f"{k}: {v}" for k, v in (value or {}).items())
@@ -278,8 +272,8 @@ def per_edit_frame(document: Mapping[str, Any]) -> pd.DataFrame:
                 value = "–"
             shown[column] = value
         records.append(shown)
-    records = _bounded_records(records, len(per_edit), PER_EDIT_COLUMNS, "edits")
-    return pd.DataFrame.from_records(records, columns=list(PER_EDIT_COLUMNS)).astype("object")
+    records = _bounded_records(records, len(per_edit), shown_columns, "edits")
+    return pd.DataFrame.from_records(records, columns=list(shown_columns)).astype("object")
 
 
 def _prefix_cell(prefix: Any) -> str:
@@ -381,12 +375,13 @@ def verdict(difference: Any) -> str | None:
     return verdict_words(difference.told_apart, difference.better)
 
 
-def _side_by_side(a: Mapping[str, Any], b: Mapping[str, Any], differences: Mapping[str, Any]) -> pd.DataFrame:
+def _side_by_side(
+    a: Mapping[str, Any], b: Mapping[str, Any], differences: Mapping[str, Any], columns: Columns
+) -> pd.DataFrame:
     from knowgic.measure.compute import metric_entry_at
-    from knowgic.spec import benchmark_spec
 
     records = []
-    for path in benchmark_spec().metric_paths():
+    for path in (c.path for c in columns.declared):
         try:
             ea, eb = metric_entry_at(a["metrics"], path), metric_entry_at(b["metrics"], path)
         except KeyError:
@@ -404,8 +399,8 @@ def _side_by_side(a: Mapping[str, Any], b: Mapping[str, Any], differences: Mappi
             note = ea.get("reason") or eb.get("reason") or ""
         records.append(
             {
-                "Metric": metric_label(path),
-                "Better": better_text(path),
+                "Metric": columns.label(path),
+                "Better": better_text(path, columns),
                 "A": _value(va),
                 "A interval": _interval(ea),
                 "B": _value(vb),
@@ -419,32 +414,32 @@ def _side_by_side(a: Mapping[str, Any], b: Mapping[str, Any], differences: Mappi
     return pd.DataFrame.from_records(records, columns=_COMPARE_COLUMNS)
 
 
-def summary_sentences(differences: Mapping[str, Any]) -> tuple[str, ...]:
+def summary_sentences(differences: Mapping[str, Any], columns: Columns | None = None) -> tuple[str, ...]:
     """The comparison in words: the deep-editing score first, then which run is better on which metric."""
-    from knowgic.spec import benchmark_spec
-
+    columns = columns or leaderboard_columns()
+    rank = columns.rank
     by_verdict: dict[str, list[str]] = {}
     sentences = []
-    for path in benchmark_spec().metric_paths():
+    for path in (c.path for c in columns.declared):
         diff = differences.get(path)
         if diff is None:
             continue
         said = verdict(diff)
-        if path == "deep_editing_score":
+        if path == rank.path:
             if said is None:
-                sentences.append(f"Deep-editing score: no paired interval ({diff.reason or 'undefined'}).")
+                sentences.append(f"{rank.label}: no paired interval ({diff.reason or 'undefined'}).")
             elif said == NOT_TOLD_APART:
                 sentences.append(
-                    f"Deep-editing score: {NOT_TOLD_APART} (B − A = {diff.difference:+.3f}, "
-                    f"p = {diff.p_value:.3g})."
+                    f"{rank.label}: {NOT_TOLD_APART} (B − A = {diff.difference:+.3f}, p = {diff.p_value:.3g})."
                 )
             else:
                 sentences.append(
-                    f"Deep-editing score: {diff.better} is better (B − A = {diff.difference:+.3f}, p = {diff.p_value:.3g})."
+                    f"{rank.label}: {diff.better} is better (B − A = {diff.difference:+.3f}, "
+                    f"p = {diff.p_value:.3g})."
                 )
             continue
-        if said is not None and "." not in path and path in METRIC_COLUMNS:
-            by_verdict.setdefault(said, []).append(metric_label(path))
+        if said is not None and path in (c.path for c in columns.metrics):
+            by_verdict.setdefault(said, []).append(columns.label(path))
     for better in ("B", "A"):
         said = verdict_words(True, better)
         if said is not None and by_verdict.get(said):
@@ -454,12 +449,13 @@ def summary_sentences(differences: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(sentences)
 
 
-def _edits_side_by_side(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFrame:
+def _edits_side_by_side(a: Mapping[str, Any], b: Mapping[str, Any], columns: Columns) -> pd.DataFrame:
     by_id_b = {r["edit_id"]: r for r in b.get("per_edit", [])}
-    columns = ["edit_id", "subject", "target_new"]
-    labels = [(key, METRIC_COLUMNS[key].label) for key in PER_EDIT_METRICS]
+    headers = ["edit_id", "subject", "target_new"]
+    per_edit = [*a.get("per_edit", []), *b.get("per_edit", [])]
+    labels = [(c.path, c.label) for c in columns.per_edit_in(per_edit)]
     for _, label in labels:
-        columns += [f"{label} A", f"{label} B"]
+        headers += [f"{label} A", f"{label} B"]
     records = []
     for ra in a.get("per_edit", [])[:DETAIL_ROWS]:
         rb = by_id_b.get(ra["edit_id"], {})
@@ -468,16 +464,17 @@ def _edits_side_by_side(a: Mapping[str, Any], b: Mapping[str, Any]) -> pd.DataFr
             record[f"{label} A"] = _value(ra.get(key))
             record[f"{label} B"] = _value(rb.get(key)) if rb else "not in B"
         records.append(record)
-    records = _bounded_records(records, len(a.get("per_edit", [])), columns, "edits")
-    return pd.DataFrame.from_records(records, columns=columns)
+    records = _bounded_records(records, len(a.get("per_edit", [])), headers, "edits")
+    return pd.DataFrame.from_records(records, columns=headers)
 
 
-def compare(row_a: Row | None, row_b: Row | None) -> Comparison:
+def compare(row_a: Row | None, row_b: Row | None, columns: Columns | None = None) -> Comparison:
     """Two results of one model, metric by metric (with paired bootstrap intervals of B − A when the runs
     cover the same edits) and edit by edit."""
     from knowgic.intervals import DEFAULT_LEVEL
     from knowgic.measure.compare import compare_results
 
+    columns = columns or leaderboard_columns()
     empty = Comparison("", pd.DataFrame(columns=_COMPARE_COLUMNS), pd.DataFrame())
     if row_a is None or row_b is None:
         return Comparison("Choose two results (A and B) of one model.", empty.metrics, empty.edits)
@@ -508,7 +505,7 @@ def compare(row_a: Row | None, row_b: Row | None) -> Comparison:
         message = header + f"No paired intervals: {exc}"
     return Comparison(
         message,
-        _side_by_side(doc_a, doc_b, differences),
-        _edits_side_by_side(doc_a, doc_b),
-        summary_sentences(differences),
+        _side_by_side(doc_a, doc_b, differences, columns),
+        _edits_side_by_side(doc_a, doc_b, columns),
+        summary_sentences(differences, columns),
     )

@@ -224,6 +224,34 @@ def test_pareto_front_keeps_points_no_other_point_beats() -> None:
     assert pareto_front([]) == []
 
 
+def test_columns_are_keyed_by_metric_path_and_read_from_the_spec_on_first_use() -> None:
+    import subprocess
+    import sys
+
+    from knowgic.leaderboard.columns import leaderboard_columns
+    from knowgic.spec import benchmark_spec
+
+    code = (
+        "import knowgic.spec as s, knowgic.leaderboard.app, knowgic.leaderboard.table, knowgic.leaderboard.views, "
+        "knowgic.leaderboard.plots, knowgic.leaderboard.about, knowgic.leaderboard.ranking; "
+        "print(s.benchmark_spec.cache_info().currsize)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "0"  # importing the leaderboard does not read the spec
+
+    spec = benchmark_spec()
+    columns = leaderboard_columns(spec)
+    assert [c.path for c in columns.metrics] == [name for name, m in spec.metrics.items() if m.headline]
+    by_length = spec.metrics["ifr_by_length"]
+    assert [c.path for c in columns.parts] == [f"ifr_by_length.{part}" for part in by_length.parts]
+    score = spec.metrics["deep_editing_score"]
+    assert columns.rank.metric is score
+    assert [c.path for c in columns.default] == [*score.of, "deep_editing_score"]
+    part = columns["ifr_by_length.2"]
+    assert part.metric is by_length and part.label == "IFR n=2" and part.lower_is_better
+    assert columns["preservation"].label == "Preservation" and columns["preservation"].direction == "higher"
+
+
 def test_only_http_links_are_kept() -> None:
     from knowgic.leaderboard.table import links_html, safe_url
 
@@ -241,16 +269,19 @@ def test_only_http_links_are_kept() -> None:
 
 
 def test_reported_rows_are_the_authors_ifr_and_preservation_only() -> None:
-    from knowgic.leaderboard.table import METRICS, reported_rows
+    from knowgic.leaderboard.columns import leaderboard_columns
+    from knowgic.leaderboard.table import reported_rows
 
-    rows = reported_rows()
+    columns = leaderboard_columns()
+    rows = reported_rows(columns)
     assert len(rows) == 15 and {r.model for r in rows} == {"GPT2-XL", "Llama-3-8B", "Qwen2.5-7B"}
     gpt2_rome = next(r for r in rows if r.model == "GPT2-XL" and r.editor == "rome")
     assert gpt2_rome.metrics["ifr"].value == pytest.approx(0.279)
     assert gpt2_rome.metrics["preservation"].value == pytest.approx(0.7521367521367521)
-    for key, _ in METRICS:
-        if key not in ("ifr", "preservation"):
-            cell = gpt2_rome.metrics[key]
+    assert gpt2_rome.metrics["ifr_by_length.2"].value is not None  # the parts are keyed by metric path
+    for column in columns.metrics:
+        if column.path not in ("ifr", "preservation"):
+            cell = gpt2_rome.metrics[column.path]
             assert cell.value is None and "not reported" in cell.reason
             assert 'title="not reported' in cell.html(None) and ">–<" in cell.html(None)
 
@@ -318,7 +349,7 @@ def test_filter_search_sort_and_columns(served, board_store) -> None:
     assert _ids(headers, rows) == sorted(ifrs, key=ifrs.get)
     headers, _rows = reported_table(client, ALL_MODELS, search="llama-3 AlphaEdit")
     assert _ids(headers, _rows) == ["reported-llama-3-8b-alphaedit"]
-    headers, rows, _ = table(client, columns=["model", "editor", "ifr_len_3", "row_id"])
+    headers, rows, _ = table(client, columns=["model", "editor", "ifr_by_length.3", "row_id"])
     assert headers == ["Rank", "Editor", "IFR n=3", "Id"]  # the model column holds one value: hidden
     headers, rows, _ = table(client, model=ALL_MODELS, columns=["model", "editor", "ifr"])
     assert headers == ["Editor", "IFR"]  # every stored run is of knowgic-tiny; no ranks across models
@@ -346,7 +377,8 @@ def test_csv_has_the_filtered_rows_with_every_number(served, board_store) -> Non
     doc = _doc(board_store, "rome")["metrics"]
     assert rome["ifr"] == pytest.approx(doc["ifr"]["value"]) and rome["ifr_n"] == doc["ifr"]["n"]
     assert rome["ifr_low"] == pytest.approx(doc["ifr"]["interval"][0])
-    assert rome["ifr_len_1"] == pytest.approx(doc["ifr_by_length"]["1"]["value"])
+    assert rome["ifr_by_length.1"] == pytest.approx(doc["ifr_by_length"]["1"]["value"])
+    assert rome["ifr_by_length.1_n"] == doc["ifr_by_length"]["1"]["n"]
 
 
 def test_detail_view_of_a_run(served, board_store) -> None:

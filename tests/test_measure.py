@@ -3,7 +3,7 @@
 - The registered functions give what the paper's per-item formulas (knowgic.metrics) give on a real run's
   outcomes: the check ``evaluate`` used to make at run time, made here once.
 - A new metric takes one YAML entry and one decorated function, and then appears in ``results.json`` (with
-  its interval, recomputable by a reader) and in ``summarize``.
+  its interval, recomputable by a reader), in ``summarize`` and in the leaderboard.
 - The registry refuses what would make a metric ambiguous: a name twice, a declaration without a function.
 """
 
@@ -119,6 +119,49 @@ def test_a_new_metric_is_one_entry_and_one_function(margin_metric, knowgic_tiny,
     assert "Confident edits" in printed
     assert main(["summarize", str(out)]) == 0
     assert "Conf. ↑" in capsys.readouterr().out
+
+
+def test_a_new_metric_appears_in_the_leaderboard(margin_metric, knowgic_tiny, tmp_path, monkeypatch) -> None:
+    """A run made with the new metric, added to a store, shows it in the leaderboard with no change there: a
+    column to switch on and to sort by, headed by its declared label, with its value; a line of the run's
+    metrics; a line of the About page. The app reads the spec when it is built, not when it is imported."""
+    from knowgic.leaderboard import views
+    from knowgic.leaderboard.app import build_app
+    from knowgic.leaderboard.table import TableQuery
+    from tests.test_leaderboard import wait_verified
+
+    # The store's verified summaries are shared through the cache: `store add` checks the run here, where
+    # the new metric is declared, and the app finds it verified.
+    monkeypatch.setenv("KNOWGIC_CACHE", str(tmp_path / "cache"))
+    request = EvaluationRequest(model="knowgic-tiny", editor="ice", limit=3, out_dir=tmp_path / "run")
+    run = evaluate(request, progress=False, loaded=knowgic_tiny)
+    entry = run.document["metrics"]["confident_edits"]
+    assert main(["store", "add", str(run.results_path), "--store", str(tmp_path / "store")]) == 0
+
+    app = build_app(tmp_path / "store", include_reported=False)
+    state = app.leaderboard_state
+    try:
+        wait_verified(app)
+        blocks = {b.elem_id: b for b in app.blocks.values() if getattr(b, "elem_id", None)}
+        assert ("Confident edits", "confident_edits") in blocks["kg-columns"].choices
+        assert ("Confident edits", "confident_edits") in blocks["kg-sort"].choices
+        assert "| Confident edits | higher ↑ | Share of edits after which" in blocks["kg-about"].value
+
+        page = state.board.page(TableQuery(columns=["editor", "confident_edits"], sort="confident_edits"))
+        assert page.headers == ["Editor", "Confident edits"] and page.total == 1
+        cell = page.cells[0][1]
+        assert f"{entry['value']:.3f}" in cell and f"n = {entry['n']}" in cell
+        low, high = entry["interval"]
+        assert f"[{low:.2f}, {high:.2f}]" in cell
+        exported = state.board.export(TableQuery())
+        assert exported["confident_edits"].tolist() == [pytest.approx(entry["value"])]
+
+        row = state.board.rows[0]
+        metrics = views.metrics_frame(row, row.entry.document, state.columns)
+        line = metrics[metrics["Metric"] == "Confident edits"].iloc[0]
+        assert line["Value"] == f"{entry['value']:.4f}" and line["Better"] == "higher ↑"
+    finally:
+        state.close(timeout=10)
 
 
 def test_the_registry_refuses_ambiguity(use_spec) -> None:
