@@ -1,15 +1,18 @@
-"""The benchmark's metrics as pure functions of scores (no model, no I/O).
+"""The benchmark's per-item formulas, in the paper's notation, as pure functions of scores (no model, no I/O).
+
+Each metric *aggregates* these over a run's items and edits in one registered function
+(:mod:`knowgic.measure.definitions`); this module holds what one chain, fact, prompt or neighbour
+contributes, the record types the evaluation hands over, and the deep-editing score's harmonic mean.
 
 Notation (DESIGN.md, "Metrics"): ``p`` is a query's score before the edit and ``p'`` after; a chain
-``c_i`` of length ``n_i`` has step scores ``p_{i,1..n_i}``. Every function takes plain records and returns
-a :class:`MetricValue`, whose ``value`` is ``None`` (with a ``reason``) when the metric is undefined on the
-given data, never a silent 0.
+``c_i`` of length ``n_i`` has step scores ``p_{i,1..n_i}``. A metric's value is a :class:`MetricValue`,
+whose ``value`` is ``None`` (with a ``reason``) when the metric is undefined on the given data, never a
+silent 0.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -110,39 +113,6 @@ def retention_ratio(r_pre: float, r_post: float, capped: bool = True) -> float:
     return min(1.0, ratio) if capped else ratio
 
 
-def indirect_fact_recovery(
-    chains: Sequence[ChainOutcome], capped: bool = True, length: int | None = None
-) -> MetricValue:
-    r"""Indirect Fact Recovery over active chains (ThinkEdit, Def. 3), lower is better:
-
-    .. math:: \mathrm{IFR} = \frac{\sum_i w_i\, r_i}{\sum_i w_i}, \quad w_i = \frac{1}{\sqrt{n_i}},
-              \quad r_i = \min\!\left(1, \frac{R'_i}{R_i}\right)
-
-    Only active chains with :math:`R_i > 0` count. ``length`` restricts to chains of that length;
-    ``capped=False`` drops the min(1, .) cap. ``n`` is the number of chains that entered the sum.
-    """
-    selected = [c for c in chains if length is None or c.length == length]
-    active = [c for c in selected if c.active and c.r_pre > 0.0]
-    if not selected:
-        what = f"of length {length}" if length is not None else ""
-        return MetricValue.undefined(f"no chains {what}".strip())
-    if not active:
-        return MetricValue.undefined(
-            "no active chains: the unedited model does not know every step of any chain"
-        )
-    num = sum(chain_weight(c.length) * retention_ratio(c.r_pre, c.r_post, capped) for c in active)
-    den = sum(chain_weight(c.length) for c in active)
-    return MetricValue(value=num / den, n=len(active))
-
-
-def ifr_by_length(chains: Sequence[ChainOutcome], capped: bool = True) -> dict[str, MetricValue]:
-    """IFR restricted to chains of each length 1..5 (keys ``"1"``..``"5"``)."""
-    return {
-        str(n): indirect_fact_recovery(chains, capped=capped, length=n)
-        for n in range(1, MAX_CHAIN_LENGTH + 1)
-    }
-
-
 def recoverable_chains(chains: Sequence[ChainOutcome]) -> int:
     """Active chains the edited model still knows step by step (``known_post``), by the protocol's rule.
 
@@ -152,76 +122,25 @@ def recoverable_chains(chains: Sequence[ChainOutcome]) -> int:
     return sum(1 for c in chains if c.active and c.known_post)
 
 
-def _preservation_ratio(pair: PreservationPair) -> float:
-    return min(1.0, pair.p_post / pair.p_pre)
+def preservation_ratio(p_pre: float, p_post: float) -> float:
+    r"""A broader-context fact's retention :math:`\min(1, p'_t / p_t)` (ThinkEdit's CKP, Def. 4); requires
+    :math:`p_t > 0`. Preservation is their mean over the facts known before the edit
+    (``knowgic.measure.definitions``)."""
+    if p_pre <= 0.0:
+        raise ValueError("preservation ratio is undefined for a fact with pre-edit score 0")
+    return min(1.0, p_post / p_pre)
 
 
-def preservation(pairs: Sequence[PreservationPair]) -> MetricValue:
-    r"""Preservation (micro; ThinkEdit's CKP, Def. 4), higher is better:
-
-    .. math:: \mathrm{Pres} = \frac{1}{|T|} \sum_{t \in T} \min\!\left(1, \frac{p'_t}{p_t}\right)
-
-    over the distinct (edit, broader-context fact) pairs ``T`` that the pre-edit model knows (``p_t > 0``).
-    """
-    known = [p for p in pairs if p.known_pre and p.p_pre > 0.0]
-    if not pairs:
-        return MetricValue.undefined("no broader-context facts")
-    if not known:
-        return MetricValue.undefined("the unedited model knows none of the broader-context facts")
-    return MetricValue(value=sum(_preservation_ratio(p) for p in known) / len(known), n=len(known))
+def prefers_new(p_new: float, p_true: float) -> bool:
+    r"""An edit took on a prompt: :math:`p'(o^*) > p'(o^c)` (CounterFact's efficacy score; Efficacy is the
+    share of edits, Generalization the same on the question form)."""
+    return p_new > p_true
 
 
-def preservation_macro(pairs: Sequence[PreservationPair]) -> MetricValue:
-    r"""Preservation averaged per edit first: :math:`\frac{1}{|E|}\sum_e \mathrm{Pres}_e`.
-
-    Edits whose broader context has no known fact are left out (they have no per-edit value).
-    """
-    by_edit: dict[str, list[PreservationPair]] = defaultdict(list)
-    for pair in pairs:
-        by_edit[pair.edit_id].append(pair)
-    per_edit = [preservation(ps).value for ps in by_edit.values()]
-    values = [v for v in per_edit if v is not None]
-    if not values:
-        return MetricValue.undefined("no edit has a known broader-context fact")
-    return MetricValue(value=sum(values) / len(values), n=len(values))
-
-
-def efficacy(outcomes: Sequence[TargetOutcome]) -> MetricValue:
-    r"""Efficacy (CounterFact's efficacy score): :math:`\frac{1}{|E|}\sum_e [p'_e(o^*) > p'_e(o^c)]`,
-    the share of edits whose rewrite prompt now prefers the new target ``o*`` over the true one ``o^c``."""
-    if not outcomes:
-        return MetricValue.undefined("no edits")
-    return MetricValue(value=sum(o.p_new > o.p_true for o in outcomes) / len(outcomes), n=len(outcomes))
-
-
-def efficacy_magnitude(outcomes: Sequence[TargetOutcome]) -> MetricValue:
-    r"""Efficacy magnitude: :math:`\frac{1}{|E|}\sum_e \big(p'_e(o^*) - p'_e(o^c)\big)`, in [-1, 1]."""
-    if not outcomes:
-        return MetricValue.undefined("no edits")
-    return MetricValue(value=sum(o.p_new - o.p_true for o in outcomes) / len(outcomes), n=len(outcomes))
-
-
-def generalization(outcomes: Sequence[TargetOutcome]) -> MetricValue:
-    """Generalization: Efficacy measured on the edited fact's question form instead of its rewrite prompt."""
-    if not outcomes:
-        return MetricValue.undefined("no edit has a question form of the edited fact")
-    return efficacy(outcomes)
-
-
-def specificity(neighbours: Sequence[NeighbourOutcome]) -> MetricValue:
-    r"""Specificity (CounterFact's neighbourhood score), higher is better:
-
-    .. math:: \frac{1}{|N|}\sum_{f \in N} [p'_f(o_f) > p'_f(o^*)]
-
-    over neighbourhood facts ``N`` known before the edit: does each keep its own answer ``o_f`` rather than
-    switching to the edit's new target ``o*``?
-    """
-    known = [n for n in neighbours if n.known_pre]
-    if not neighbours:
-        return MetricValue.undefined("no neighbourhood facts")
-    if not known:
-        return MetricValue.undefined("the unedited model knows none of the neighbourhood facts")
-    return MetricValue(value=sum(n.p_true_post > n.p_new_post for n in known) / len(known), n=len(known))
+def keeps_answer(p_true_post: float, p_new_post: float) -> bool:
+    r"""A neighbourhood fact kept its own answer: :math:`p'_f(o_f) > p'_f(o^*)` (CounterFact's neighbourhood
+    score; Specificity is the share of known neighbours)."""
+    return p_true_post > p_new_post
 
 
 def deep_editing_score(

@@ -1,13 +1,20 @@
-"""Metric functions: the KnowGIC README's worked examples and hand-computed cases."""
+"""The metrics on hand-made outcomes: the KnowGIC README's worked examples and hand-computed cases.
+
+Each value goes the way a run's does: item outcomes -> typed records (``records_of``) -> the metric's one
+registered function (knowgic.measure) -> its value."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import pytest
 
+from knowgic.evaluation.outcomes import Outcomes, records_of
+from knowgic.measure.definitions import METRICS
 from knowgic.metrics import (
     ChainOutcome,
+    MetricValue,
     NeighbourOutcome,
     PreservationPair,
     TargetOutcome,
@@ -15,17 +22,45 @@ from knowgic.metrics import (
     chain_reliability,
     chain_weight,
     deep_editing_score,
-    efficacy,
-    efficacy_magnitude,
-    generalization,
-    ifr_by_length,
-    indirect_fact_recovery,
-    preservation,
-    preservation_macro,
+    preservation_ratio,
     recoverable_chains,
     retention_ratio,
-    specificity,
 )
+
+
+def _metric(
+    name: str,
+    chains: Sequence[ChainOutcome] = (),
+    pairs: Sequence[PreservationPair] = (),
+    rewrite: Sequence[TargetOutcome] = (),
+    question: Sequence[TargetOutcome] = (),
+    neighbours: Sequence[NeighbourOutcome] = (),
+) -> MetricValue:
+    """Metric ``name`` (``ifr_by_length.2`` for a part) of the outcomes of the edits they name; an edit
+    without a rewrite outcome gets p'(o*) = p'(o^c) = 0 on its rewrite prompt."""
+    items = [*chains, *pairs, *rewrite, *question, *neighbours]
+    edit_ids = list(dict.fromkeys(item.edit_id for item in items))
+    given = {o.edit_id for o in rewrite}
+    out = Outcomes(
+        chains=list(chains),
+        preservation=list(pairs),
+        rewrite=[*rewrite, *(TargetOutcome(e, 0.0, 0.0) for e in edit_ids if e not in given)],
+        question=list(question),
+        neighbours=list(neighbours),
+        neighbour_kinds=["same-relation"] * len(neighbours),
+        neighbourhoods=dict.fromkeys(edit_ids, "same-relation"),
+    )
+    head, _, part = name.partition(".")
+    sums = METRICS.sums(head, records_of(out, edit_ids))
+    return (sums[part] if part else sums).value  # type: ignore[index, union-attr]
+
+
+def indirect_fact_recovery(chains: Sequence[ChainOutcome], capped: bool = True) -> MetricValue:
+    return _metric("ifr" if capped else "ifr_uncapped", chains=chains)
+
+
+def preservation(pairs: Sequence[PreservationPair]) -> MetricValue:
+    return _metric("preservation", pairs=pairs)
 
 
 def _chain(
@@ -125,15 +160,16 @@ class TestChains:
         assert indirect_fact_recovery([zero_pre]).value is None
         with pytest.raises(ValueError):
             retention_ratio(0.0, 0.1)
+        with pytest.raises(ValueError):
+            preservation_ratio(0.0, 0.1)
 
     def test_every_length(self) -> None:
         chains = [_chain([0.8] * n, [0.8] * (n - 1) + [0.4], case_id=n) for n in range(1, 6)]
-        by_length = ifr_by_length(chains)
-        assert sorted(by_length) == ["1", "2", "3", "4", "5"]
         for n in range(1, 6):
-            assert by_length[str(n)].value == pytest.approx(0.5)
-            assert by_length[str(n)].n == 1
-        assert ifr_by_length(chains[:2])["5"].value is None
+            assert _metric(f"ifr_by_length.{n}", chains=chains).value == pytest.approx(0.5)
+            assert _metric(f"ifr_by_length.{n}", chains=chains).n == 1
+        assert _metric("ifr_by_length.5", chains=chains[:2]).value is None
+        assert _metric("ifr_by_length.5", chains=chains[:2]).reason == "no chains of length 5"
 
 
 class TestPreservation:
@@ -148,13 +184,15 @@ class TestPreservation:
         assert result.n == 2
 
     def test_empty_broader_context(self) -> None:
-        assert preservation([]).value is None
-        assert preservation([_pair(0.3, 0.3, known=False)]).value is None
+        empty = _metric("preservation", rewrite=[TargetOutcome("e", 0.5, 0.1)])
+        assert empty.value is None and empty.reason == "no broader-context facts"
+        unknown = preservation([_pair(0.3, 0.3, known=False)])
+        assert unknown.value is None and "knows none of the broader-context facts" in (unknown.reason or "")
 
     def test_macro_weights_edits_equally(self) -> None:
         pairs = [_pair(1.0, 1.0, edit="a", name=str(i)) for i in range(3)] + [_pair(1.0, 0.0, edit="b")]
         assert preservation(pairs).value == pytest.approx(0.75)
-        macro = preservation_macro(pairs)
+        macro = _metric("preservation_macro", pairs=pairs)
         assert macro.value == pytest.approx(0.5)
         assert macro.n == 2
 
@@ -168,11 +206,11 @@ class TestPreservation:
 class TestEditMetrics:
     def test_efficacy_and_magnitude(self) -> None:
         outcomes = [TargetOutcome("a", 0.7, 0.1), TargetOutcome("b", 0.2, 0.3), TargetOutcome("c", 0.5, 0.5)]
-        assert efficacy(outcomes).value == pytest.approx(1 / 3)
-        assert efficacy_magnitude(outcomes).value == pytest.approx((0.6 - 0.1 + 0.0) / 3)
-        assert efficacy([]).value is None
-        assert generalization([]).value is None
-        assert generalization(outcomes).value == pytest.approx(1 / 3)
+        assert _metric("efficacy", rewrite=outcomes).value == pytest.approx(1 / 3)
+        assert _metric("efficacy_magnitude", rewrite=outcomes).value == pytest.approx((0.6 - 0.1 + 0.0) / 3)
+        none = _metric("generalization", rewrite=outcomes)
+        assert none.value is None and none.reason == "no edit has a question form of the edited fact"
+        assert _metric("generalization", rewrite=outcomes, question=outcomes).value == pytest.approx(1 / 3)
 
     def test_specificity(self) -> None:
         neighbours = [
@@ -180,11 +218,11 @@ class TestEditMetrics:
             NeighbourOutcome("a", ("z", "{} p", "y"), 0.1, 0.6, True),
             NeighbourOutcome("a", ("w", "{} p", "y"), 0.0, 0.9, False),
         ]
-        result = specificity(neighbours)
+        result = _metric("specificity", neighbours=neighbours)
         assert result.value == pytest.approx(0.5)
         assert result.n == 2
-        assert specificity([]).value is None
-        assert specificity(neighbours[2:]).value is None
+        assert _metric("specificity", rewrite=[TargetOutcome("a", 0.5, 0.1)]).value is None
+        assert _metric("specificity", neighbours=neighbours[2:]).value is None
 
 
 class TestDeepEditingScore:

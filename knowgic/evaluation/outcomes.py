@@ -3,12 +3,15 @@ computed from, :mod:`knowgic.measure`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from knowgic import metrics as M
 from knowgic.evaluation.harness import RunScores
-from knowgic.evaluation.plan import EditPlan, EvalPlan
+from knowgic.evaluation.plan import EvalPlan
+from knowgic.measure.definitions import METRICS
+from knowgic.measure.records import EditRecord, Records
 
 
 @dataclass
@@ -75,86 +78,108 @@ def collect_outcomes(plan: EvalPlan, run: RunScores) -> Outcomes:
     return out
 
 
-def per_edit_records(plan: EvalPlan, out: Outcomes, run: RunScores) -> list[dict[str, Any]]:
-    """One record per edit with its own metrics, for the per-edit table and plots."""
-    records = []
-    for edit in plan.edits:
-        chains = [c for c in out.chains if c.edit_id == edit.edit_id]
-        pairs = [p for p in out.preservation if p.edit_id == edit.edit_id]
-        rewrite = [o for o in out.rewrite if o.edit_id == edit.edit_id]
-        question = [o for o in out.question if o.edit_id == edit.edit_id]
-        neighbours = [n for n in out.neighbours if n.edit_id == edit.edit_id]
-        records.append(
-            _edit_record(
-                edit, chains, pairs, rewrite, question, neighbours, out.neighbourhoods[edit.edit_id], run
+def edit_record(
+    edit_id: str,
+    pairs: Sequence[M.PreservationPair],
+    rewrite: M.TargetOutcome,
+    question: M.TargetOutcome | None,
+    neighbours: Sequence[M.NeighbourOutcome],
+    neighbourhood: str,
+) -> EditRecord:
+    """One edit's record from its item outcomes, by the per-item formulas of :mod:`knowgic.metrics`: its
+    rewrite and question outcomes, and the sums over its broader-context facts and neighbours that the
+    metrics are computed from (recorded exactly, so that a reader recomputes every number)."""
+    counted = [p for p in pairs if p.known_pre and p.p_pre > 0.0]
+    return EditRecord(
+        edit_id=edit_id,
+        p_new=rewrite.p_new,
+        p_true=rewrite.p_true,
+        generalization=None if question is None else float(M.prefers_new(question.p_new, question.p_true)),
+        preservation_facts=len(pairs),
+        preservation_facts_known=sum(p.known_pre for p in pairs),
+        preservation_sum=float(sum(M.preservation_ratio(p.p_pre, p.p_post) for p in counted)),
+        preservation_n=len(counted),
+        neighbourhood=neighbourhood,
+        neighbours=len(neighbours),
+        neighbours_known=sum(n.known_pre for n in neighbours),
+        specificity_kept=sum(n.known_pre and M.keeps_answer(n.p_true_post, n.p_new_post) for n in neighbours),
+    )
+
+
+def records_of(out: Outcomes, edit_ids: Sequence[str]) -> Records:
+    """The typed records of ``out``, edits in the order of ``edit_ids``."""
+    edits = []
+    for edit_id in edit_ids:
+        question = [o for o in out.question if o.edit_id == edit_id]
+        edits.append(
+            edit_record(
+                edit_id,
+                [p for p in out.preservation if p.edit_id == edit_id],
+                next(o for o in out.rewrite if o.edit_id == edit_id),
+                question[0] if question else None,
+                [n for n in out.neighbours if n.edit_id == edit_id],
+                out.neighbourhoods[edit_id],
             )
         )
-    return records
+    return Records(tuple(edits), tuple(out.chains), sum(e.preservation_facts or 0 for e in edits))
 
 
-def _edit_record(
-    edit: EditPlan,
-    chains: list[M.ChainOutcome],
-    pairs: list[M.PreservationPair],
-    rewrite: list[M.TargetOutcome],
-    question: list[M.TargetOutcome],
-    neighbours: list[M.NeighbourOutcome],
-    neighbourhood: str,
-    run: RunScores,
-) -> dict[str, Any]:
-    r = edit.request
-    ifr = M.indirect_fact_recovery(chains)
-    preservation = M.preservation(pairs)
-    specificity = M.specificity(neighbours)
-    # Sufficient statistics of the per-edit sums the bootstrap resamples (knowgic.intervals), recorded
-    # exactly so that an interval can be recomputed from results.json alone.
-    pres_counted = [p for p in pairs if p.known_pre and p.p_pre > 0.0]
-    pres_sum = float(sum(min(1.0, p.p_post / p.p_pre) for p in pres_counted))
-    generalization = (
-        M.MetricValue(float(question[0].p_new > question[0].p_true), 1)
-        if question
-        else M.MetricValue.undefined(
-            "the edit has no question form (no step with its subject and target_true has a question)"
+NO_QUESTION = "the edit has no question form (no step with its subject and target_true has a question)"
+
+
+def per_edit_records(plan: EvalPlan, records: Records, run: RunScores) -> list[dict[str, Any]]:
+    """One document record per edit: the request, the typed record's fields, the editor's diagnostics,
+    and the edit's own IFR, Preservation and Specificity, each the registered metric computed on that
+    edit's records alone (:mod:`knowgic.measure`), with the reason where it is undefined."""
+    out = []
+    for edit, record in zip(plan.edits, records.edits, strict=True):
+        r = edit.request
+        own = records.only(edit.edit_id)
+        values = {name: METRICS.sums(name, own).value for name in ("ifr", "preservation", "specificity")}
+        reasons = {name: str(v.reason) for name, v in values.items() if v.value is None}
+        if record.generalization is None:
+            reasons["generalization"] = NO_QUESTION
+        chains = [c for c in records.chains if c.edit_id == edit.edit_id]
+        out.append(
+            {
+                "edit_id": edit.edit_id,
+                "subject": r.subject,
+                "prompt": r.prompt,
+                "target_true": r.target_true,
+                "target_new": r.target_new,
+                "case_ids": list(edit.case_ids),
+                "chains": len(chains),
+                "active_chains": sum(c.active for c in chains),
+                "ifr": values["ifr"].value,
+                "preservation": values["preservation"].value,
+                "preservation_facts": record.preservation_facts,
+                "preservation_facts_known": record.preservation_facts_known,
+                "preservation_sum": record.preservation_sum,
+                "preservation_n": record.preservation_n,
+                "p_new": record.p_new,
+                "p_true": record.p_true,
+                "efficacy": float(M.prefers_new(record.p_new, record.p_true)),
+                "generalization": record.generalization,
+                "specificity": values["specificity"].value,
+                # Why each null metric above is null (the same reasons as the top-level metrics give).
+                "reasons": {
+                    k: reasons[k]
+                    for k in ("ifr", "preservation", "generalization", "specificity")
+                    if k in reasons
+                },
+                "neighbourhood": record.neighbourhood,
+                "neighbours": record.neighbours,
+                "neighbours_known": record.neighbours_known,
+                "specificity_kept": record.specificity_kept,
+                "seconds": run.edit_seconds.get(edit.edit_id),
+                "info": _jsonable(run.edit_info.get(edit.edit_id, {})),
+                # What an in-context editor put before every query of this edit (sequential: the edits'
+                # prefixes joined in order are what was scored), so a reader can see whether it carries
+                # answers.
+                "prompt_prefix": run.edit_prefix.get(edit.edit_id, ""),
+            }
         )
-    )
-    per_metric = {
-        "ifr": ifr,
-        "preservation": preservation,
-        "generalization": generalization,
-        "specificity": specificity,
-    }
-    return {
-        "edit_id": edit.edit_id,
-        "subject": r.subject,
-        "prompt": r.prompt,
-        "target_true": r.target_true,
-        "target_new": r.target_new,
-        "case_ids": list(edit.case_ids),
-        "chains": len(chains),
-        "active_chains": sum(c.active for c in chains),
-        "ifr": ifr.value,
-        "preservation": preservation.value,
-        "preservation_facts": len(pairs),
-        "preservation_facts_known": sum(p.known_pre for p in pairs),
-        "preservation_sum": pres_sum,
-        "preservation_n": len(pres_counted),
-        "p_new": rewrite[0].p_new,
-        "p_true": rewrite[0].p_true,
-        "efficacy": float(rewrite[0].p_new > rewrite[0].p_true),
-        "generalization": generalization.value,
-        "specificity": specificity.value,
-        # Why each null metric above is null (the same reasons as the top-level metrics give).
-        "reasons": {name: str(v.reason) for name, v in per_metric.items() if v.value is None},
-        "neighbourhood": neighbourhood,
-        "neighbours": len(neighbours),
-        "neighbours_known": sum(n.known_pre for n in neighbours),
-        "specificity_kept": sum(n.known_pre and n.p_true_post > n.p_new_post for n in neighbours),
-        "seconds": run.edit_seconds.get(edit.edit_id),
-        "info": _jsonable(run.edit_info.get(edit.edit_id, {})),
-        # What an in-context editor put before every query of this edit (sequential: the edits' prefixes
-        # joined in order are what was scored), so a reader can see whether it carries answers.
-        "prompt_prefix": run.edit_prefix.get(edit.edit_id, ""),
-    }
+    return out
 
 
 def _jsonable(value: Any) -> Any:

@@ -3,8 +3,9 @@ chains alike.
 
 ::
 
-    plan + RunScores ──collect_outcomes──> Outcomes ──per_edit_records, chains──> records (per_edit, chains)
-                     ──knowgic.measure.compute(Records.from_document(records), spec)──> metrics, counts
+    plan + RunScores ──collect_outcomes──> Outcomes ──records_of──> Records (typed chain and edit records)
+                     ──knowgic.measure.compute(records, spec)──> metrics, counts
+                     ──per_edit_records──> the document's per_edit (with each edit's own metrics)
     scored_block(...) = {"metrics", "counts", "per_edit", "chains", "uncertainty"}
 
 ``knowgic evaluate`` puts the public block at the top of a results document and, with a private split, the
@@ -18,11 +19,10 @@ from dataclasses import asdict
 from typing import Any
 
 from knowgic.evaluation.harness import RunScores
-from knowgic.evaluation.outcomes import collect_outcomes, per_edit_records
+from knowgic.evaluation.outcomes import collect_outcomes, per_edit_records, records_of
 from knowgic.evaluation.plan import EvalPlan
 from knowgic.intervals import BootstrapSettings
 from knowgic.measure.compute import compute
-from knowgic.measure.records import Records
 from knowgic.spec import BenchmarkSpec
 
 
@@ -31,14 +31,12 @@ def scored_block(
 ) -> dict[str, Any]:
     """The records of ``plan`` scored by ``run``, and every declared metric, interval and count of them."""
     outcomes = collect_outcomes(plan, run)
-    records: dict[str, Any] = {
-        "per_edit": per_edit_records(plan, outcomes, run),
-        "chains": [asdict(c) for c in outcomes.chains],
-    }
-    computed = compute(Records.from_document(records), spec, settings)
+    records = records_of(outcomes, [edit.edit_id for edit in plan.edits])
+    computed = compute(records, spec, settings)
     return {
         "metrics": computed["metrics"],
         "counts": {**computed["counts"], "distinct_queries": len(plan.queries)},
-        **records,
+        "per_edit": per_edit_records(plan, records, run),
+        "chains": [asdict(c) for c in records.chains],
         "uncertainty": computed["uncertainty"],
     }

@@ -10,7 +10,7 @@ metric                          :math:`a_e`                                     
 ``ifr_uncapped``                :math:`\sum_{i \in e} w_i R'_i/R_i`                     :math:`\sum_{i \in e} w_i`
 ``ifr_by_length`` (part n)      IFR's, over the edit's chains of length n              IFR's, length n
 ``preservation``                :math:`\sum_{t \in e} \min(1, p'_t/p_t)`                known facts of e
-``preservation_macro``          the edit's own Preservation                            1 (0 without one)
+``preservation_macro``          the edit's own Preservation, a_e/b_e of ``preservation``  1 (0 without one)
 ``efficacy``                    :math:`[p'(o^*) > p'(o^c)]`                             1
 ``efficacy_magnitude``          :math:`p'(o^*) - p'(o^c)`                               1
 ``generalization``              the question form's outcome                            1 (0 without one)
@@ -93,12 +93,13 @@ def _edit_means(values: Sequence[float | None], reason: str) -> EditSums:
 
 @METRICS.register("preservation_macro")
 def preservation_macro(records: Records) -> EditSums:
-    return _edit_means([e.preservation for e in records.edits], "no edit has a known broader-context fact")
+    own = [e.preservation_sum / e.preservation_n if e.preservation_n else None for e in records.edits]
+    return _edit_means(own, "no edit has a known broader-context fact")
 
 
 @METRICS.register("efficacy")
 def efficacy(records: Records) -> EditSums:
-    return _edit_means([float(e.p_new > e.p_true) for e in records.edits], "no edits")
+    return _edit_means([float(M.prefers_new(e.p_new, e.p_true)) for e in records.edits], "no edits")
 
 
 @METRICS.register("efficacy_magnitude")

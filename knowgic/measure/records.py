@@ -25,15 +25,14 @@ _EDIT_SUMS = ("preservation_sum", "preservation_n", "specificity_kept", "neighbo
 @dataclass(frozen=True)
 class EditRecord:
     """One edit's outcomes: p'(o*) and p'(o^c) on the rewrite prompt, its question-form outcome (``None``
-    without a question form), its broader-context facts (the sum of min(1, p'/p) over the ``preservation_n``
-    known ones, and its own Preservation) and its neighbours (the kind of its neighbourhood, how many, how
+    without a question form), its broader-context facts (how many, how many known, and the sum of
+    min(1, p'/p) over the ``preservation_n`` known ones with p > 0) and its neighbours (the kind of its neighbourhood, how many, how
     many known before the edit, how many of those kept their answer)."""
 
     edit_id: str
     p_new: float
     p_true: float
     generalization: float | None
-    preservation: float | None
     preservation_facts: int | None
     preservation_facts_known: int
     preservation_sum: float
@@ -60,6 +59,12 @@ class Records:
         """Edit id -> its position in :attr:`edits`."""
         return {e.edit_id: i for i, e in enumerate(self.edits)}
 
+    def only(self, edit_id: str) -> Records:
+        """The records of one edit: each metric computed on them is that edit's own value."""
+        edits = tuple(e for e in self.edits if e.edit_id == edit_id)
+        chains = tuple(c for c in self.chains if c.edit_id == edit_id)
+        return Records(edits, chains, sum(e.preservation_facts or 0 for e in edits))
+
     def reordered(self, order: tuple[str, ...]) -> Records:
         """The same records with the edits in ``order`` (the chains are looked up by edit id)."""
         by_id = {e.edit_id: e for e in self.edits}
@@ -84,7 +89,6 @@ class Records:
                 p_new=float(r["p_new"]),
                 p_true=float(r["p_true"]),
                 generalization=None if r["generalization"] is None else float(r["generalization"]),
-                preservation=None if r["preservation"] is None else float(r["preservation"]),
                 preservation_facts=None if "preservation_facts" not in r else int(r["preservation_facts"]),
                 preservation_facts_known=int(r["preservation_facts_known"]),
                 preservation_sum=float(r["preservation_sum"]),
