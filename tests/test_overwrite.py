@@ -184,9 +184,9 @@ def test_sweep_refuses_a_folder_that_is_one_run(capsys, existing: Path) -> None:
 
 def test_overwrite_without_an_atomic_exchange(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the system offers no exchange of two folders, two renames replace the run, leaving nothing."""
-    import knowgic.results as results
+    import knowgic.evaluation.outputs as outputs
 
-    monkeypatch.setattr(results, "_exchange", lambda first, second: False)
+    monkeypatch.setattr(outputs, "_exchange", lambda first, second: False)
     out = tmp_path / "run"
     write_run_outputs({"run": 0}, out)
     write_run_outputs({"run": 1}, out, overwrite=True)
