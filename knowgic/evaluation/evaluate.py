@@ -307,12 +307,8 @@ def evaluate(
         fields = None
         editor_name, editor_class = request.editor, f"{editor_cls.__module__}:{editor_cls.__qualname__}"
     spec = benchmark_spec()
-    scored = scored_block(plan, run, spec)
-    if fields is not None and not fields.edit_seconds_observed:
-        # A replayed edit's seconds would be the copy of its tensors, not the editor's work, which no
-        # trusted code observes per edit: left unknown rather than reported as something else.
-        for record in scored["per_edit"]:
-            record["seconds"] = None
+    seconds_observed = fields is None or fields.edit_seconds_observed
+    scored = scored_block(plan, run, spec, seconds_observed=seconds_observed)
     document: dict[str, Any] = {
         "schema_version": RESULTS_SCHEMA_VERSION,
         "knowgic_version": knowgic.__version__,
@@ -353,11 +349,8 @@ def evaluate(
     }
     if private is not None and second is not None and run.private is not None:
         document["private"] = private_document(
-            second[0], run.private, private, second[1], document["metrics"], spec
+            second[0], run.private, private, second[1], document["metrics"], spec, seconds_observed
         )
-        if fields is not None and not fields.edit_seconds_observed:
-            for record in document["private"]["per_edit"]:
-                record["seconds"] = None
     if fields is not None:
         document["submission"] = fields.submission
         document["runner"] = fields.runner

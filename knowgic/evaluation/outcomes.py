@@ -127,7 +127,9 @@ def records_of(out: Outcomes, edit_ids: Sequence[str]) -> Records:
 NO_QUESTION = "the edit has no question form (no step with its subject and target_true has a question)"
 
 
-def per_edit_records(plan: EvalPlan, records: Records, run: RunScores) -> list[dict[str, Any]]:
+def per_edit_records(
+    plan: EvalPlan, records: Records, run: RunScores, seconds_observed: bool = True
+) -> list[dict[str, Any]]:
     """One document record per edit: the request, the typed record's fields, the editor's diagnostics,
     and the edit's own IFR, Preservation and Specificity, each the registered metric computed on that
     edit's records alone (:mod:`knowgic.measure`), with the reason where it is undefined."""
@@ -171,7 +173,9 @@ def per_edit_records(plan: EvalPlan, records: Records, run: RunScores) -> list[d
                 "neighbours": record.neighbours,
                 "neighbours_known": record.neighbours_known,
                 "specificity_kept": record.specificity_kept,
-                "seconds": run.edit_seconds.get(edit.edit_id),
+                # A replayed edit's seconds would be the copy of its tensors, not the editor's work:
+                # unknown rather than reported as something else.
+                "seconds": run.edit_seconds.get(edit.edit_id) if seconds_observed else None,
                 "info": _jsonable(run.edit_info.get(edit.edit_id, {})),
                 # What an in-context editor put before every query of this edit (sequential: the edits'
                 # prefixes joined in order are what was scored), so a reader can see whether it carries

@@ -50,11 +50,12 @@ def private_document(
     edits_outside_run: int,
     public_metrics: Mapping[str, Any],
     spec: BenchmarkSpec,
+    seconds_observed: bool = True,
 ) -> dict[str, Any]:
     """The ``private`` object of a results document (``public_metrics`` with their intervals): the same
     scored block as the top level's (:func:`knowgic.evaluation.scored.scored_block`), so
     :func:`knowgic.recompute.check_results` applies to it unchanged."""
-    block = scored_block(plan, run, spec)
+    block = scored_block(plan, run, spec, seconds_observed=seconds_observed)
     return {
         "dataset": asdict(split.ref),
         "edits_outside_run": edits_outside_run,

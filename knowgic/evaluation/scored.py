@@ -27,16 +27,23 @@ from knowgic.spec import BenchmarkSpec
 
 
 def scored_block(
-    plan: EvalPlan, run: RunScores, spec: BenchmarkSpec, settings: BootstrapSettings | None = None
+    plan: EvalPlan,
+    run: RunScores,
+    spec: BenchmarkSpec,
+    settings: BootstrapSettings | None = None,
+    seconds_observed: bool = True,
 ) -> dict[str, Any]:
-    """The records of ``plan`` scored by ``run``, and every declared metric, interval and count of them."""
+    """The records of ``plan`` scored by ``run``, and every declared metric, interval and count of them.
+
+    ``seconds_observed``: whether trusted code timed each edit (not so where the runner's score stage
+    replays recorded deltas: each edit's ``seconds`` is then left unknown)."""
     outcomes = collect_outcomes(plan, run)
     records = records_of(outcomes, [edit.edit_id for edit in plan.edits])
     computed = compute(records, spec, settings)
     return {
         "metrics": computed["metrics"],
         "counts": {**computed["counts"], "distinct_queries": len(plan.queries)},
-        "per_edit": per_edit_records(plan, records, run),
+        "per_edit": per_edit_records(plan, records, run, seconds_observed),
         "chains": [asdict(c) for c in records.chains],
         "uncertainty": computed["uncertainty"],
     }
