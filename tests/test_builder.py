@@ -86,8 +86,11 @@ def test_path_enumeration_with_cycles_and_a_cap() -> None:
     g = build_graph(facts)
     paths, truncated = enumerate_chains(g, "A", "T", max_steps=5, limit=100)
     assert not truncated
-    names = {tuple(g.edges[u, v, k]["fact"]["prompt"] for u, v, k in _edges(g, p)) for p in paths}
-    assert names == {("{} r5",), ("{} r6",), ("{} r3", "{} r4"), ("{} r1", "{} r2", "{} r4")}
+    names = {tuple(g.edges[u, v]["fact"]["prompt"] for u, v in _edges(g, p)) for p in paths}
+    # one link between two nodes: r5 and r6 (A -> T) are one edge, r5 posing it (ties by fact id)
+    posed = g.edges["A", "T"]["fact"]["prompt"]
+    assert {posed} | {a["prompt"] for a in g.edges["A", "T"]["aliases"]} == {"{} r5", "{} r6"}
+    assert names == {(posed,), ("{} r3", "{} r4"), ("{} r1", "{} r2", "{} r4")}
     for p in paths:  # simple: no node twice
         nodes = [e[0] for e in _edges(g, p)] + ["T"]
         assert len(nodes) == len(set(nodes))
@@ -97,14 +100,54 @@ def test_path_enumeration_with_cycles_and_a_cap() -> None:
     assert first == again and len(first) == 2 and set(first) <= set(paths)
     assert {tuple(x) for s in range(20) for x in sample_chains(paths, 2, seed=s, edit_id="e")} == set(paths)
     edit = EditSpec("e", "A", "{} r5", "T", "X", "drawn", ("g",))
-    out = chains_for_edits(facts, [edit], "global", 5, 3, 100, 0)
-    assert out["edits"][0]["paths_found"] == 4 and len(out["edits"][0]["chains"]) == 3
-    assert len({tuple(c) for c in out["edits"][0]["chains"]}) == 3  # deduplicated
+    out = chains_for_edits(facts, [edit], "global", 5, 2, 100, 0)
+    assert out["edits"][0]["paths_found"] == 3 and len(out["edits"][0]["chains"]) == 2
+    assert len({tuple(c) for c in out["edits"][0]["chains"]}) == 2  # deduplicated
+    assert out["merged_phrasings"] and out["edges"] == 7
 
 
-def _edges(g: nx.MultiDiGraph, path: tuple[str, ...]) -> list[tuple[str, str, str]]:
-    by_key = {k: (u, v, k) for u, v, k in g.edges(keys=True)}
-    return [by_key[k] for k in path]
+def test_phrasing_variants_merge_into_one_edge_posed_by_the_best_known() -> None:
+    """ "{} is father of" and "{} is the father of" between the same two nodes are one edge: its chains
+    are no phrasing variants of each other, and the edge is posed by the phrasing the model scores best."""
+    weak = {**_fact("A", "{} is father of", "B"), "validation": {"p": 0.2}}
+    strong = {**_fact("A", "{} is the father of", "B"), "validation": {"p": 0.6}}
+    step = {**_fact("B", "{} lives in", "T"), "validation": {"p": 0.5}}
+    g = build_graph([weak, strong, step])
+    assert isinstance(g, nx.DiGraph) and not g.is_multigraph()
+    assert g.edges["A", "B"]["fact"]["fact_id"] == strong["fact_id"]
+    assert [a["fact_id"] for a in g.edges["A", "B"]["aliases"]] == [weak["fact_id"]]
+    edit = EditSpec("e", "A", "{} lives in", "T", "X", "drawn", ("g",))
+    out = chains_for_edits([weak, strong, step], [edit], "global", 5, 0, 100, 0)
+    assert out["edits"][0]["chains"] == [[strong["fact_id"], step["fact_id"]]]
+    assert out["merged_phrasings"] == {weak["fact_id"]: strong["fact_id"]}
+
+
+def test_family_cap_shares_a_family_evenly_between_its_edits() -> None:
+    from knowgic.builder.graph import fair_shares
+
+    assert fair_shares([10, 2, 7], 9) == [4, 2, 3]
+    assert fair_shares([10, 2, 7], 0) == [10, 2, 7] and fair_shares([1, 1], 5) == [1, 1]
+    # family 1: A -> {B1..B4} -> T, A -> T; family 2: C -> D -> U, C -> U
+    facts = [_fact("A", "{} r", f"B{i}") for i in range(4)] + [_fact(f"B{i}", "{} r", "T") for i in range(4)]
+    facts += [
+        _fact("A", "{} s", "T"),
+        _fact("C", "{} r", "D"),
+        _fact("D", "{} r", "U"),
+        _fact("C", "{} s", "U"),
+    ]
+    edits = [
+        EditSpec("e1", "A", "{} s", "T", "X", "drawn", ("g",)),
+        EditSpec("e2", "C", "{} s", "U", "Y", "drawn", ("g",)),
+    ]
+    out = chains_for_edits(facts, edits, "global", 5, 0, 100, 0, family_cap=3)
+    assert [e["paths_found"] for e in out["edits"]] == [5, 2]
+    assert [len(e["chains"]) for e in out["edits"]] == [3, 2]
+    assert out["family_chains"] == {"A": 3, "C": 2}
+
+
+def _edges(g: nx.DiGraph, path: tuple[str, ...]) -> list[tuple[str, str]]:
+    by_fact = {d["fact"]["fact_id"]: (u, v) for u, v, d in g.edges(data=True)}
+    return [by_fact[k] for k in path]
 
 
 def test_graph_scope_walks_only_the_edits_own_graph() -> None:
