@@ -467,3 +467,58 @@ def test_cli_build_then_review_export(tmp_path: Path) -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 2 and "does not exist: run knowgic build" in proc.stderr
+
+
+# --- the paper's loop: the prompt, reviewers' facts, chain questions ----------------------------------
+
+
+def test_chain_of_thought_prompt_asks_without_the_answer() -> None:
+    from knowgic.builder.expand import cot_prompt
+
+    spec = load_builder_spec()
+    fact = {"question": "Where did Harry Potter study?", "answer": "Hogwarts", "subject": "Harry Potter"}
+    for chat in (False, True):
+        text = cot_prompt(spec, fact, chat)
+        assert "Where did Harry Potter study?" in text and "Hogwarts" not in text
+
+
+def test_reviewer_adds_a_fact_that_stays_through_merges(tmp_path: Path) -> None:
+    g = _grown(("A", "knows", "B"))
+    rows = rv.merge_review([], g["candidates"], g["proposed_templates"])
+    row = rv.add_fact(rows, "B", "{} lives in", "Paris", "Where does {} live?", "person:ann")
+    assert row["question"] == "Where does B live?" and row["decision"] == "accept"
+    with pytest.raises(KnowgicError, match="one \\{\\}"):
+        rv.add_fact(rows, "B", "lives in", "Paris", "Where does {} live?", "person:ann")
+    rows = rv.merge_review(rows, [], [])  # a rerun whose candidates all went away keeps the added fact
+    assert next(r for r in rows if r["id"] == row["id"])["active"] is True
+    (added,) = rv.added(rows)
+    assert (added["subject"], added["prompt"], added["answer"], added["origin"]) == (
+        "B",
+        "{} lives in",
+        "Paris",
+        "added",
+    )
+    assert rv.summary(rows)["added"]["accept"] == 1
+    out = tmp_path / "r.csv"
+    rv.export_csv(rows, out)
+    with out.open("a", encoding="utf-8") as fh:
+        fh.write(",added,C,,{} lives in,Where does {} live?,Rome,,accept,\n")
+    assert rv.import_csv(rows, out, "person:csv") >= 1
+    assert {a["subject"] for a in rv.added(rows)} == {"B", "C"}
+
+
+def test_chain_question_asks_for_the_last_answer_through_the_chain() -> None:
+    from knowgic.builder.refine import chain_question, reworded
+
+    spec = load_builder_spec()
+    steps = [
+        {"subject": "Harry Potter", "question": "Who is Harry Potter's schoolmate?"},
+        {"subject": "Ron Weasley", "question": "Where did Ron Weasley study?"},
+    ]
+    assert (
+        chain_question(spec, steps) == 'Where did the answer to "Who is Harry Potter\'s schoolmate?" study?'
+    )
+    fact = {"subject": "Ron Weasley", "prompt": "{} studied at", "question": "Where did Ron Weasley study?"}
+    forms = reworded(spec, fact, 2)
+    assert forms == ["Q: Where did {} study?\nA:", "Question: Where did {} study?\nAnswer:"]
+    assert reworded(spec, fact, 0) == []
