@@ -38,6 +38,8 @@ class ChainOutcome:
 
     ``active``: the pre-edit model knows every step. ``r_pre``/``r_post`` are the reliabilities R, R'.
     ``known_post``: the edited model still knows every step by the protocol's rule (``None``: not recorded).
+    ``restates_edit``: the chain is one step asking the edited fact itself (the dataset row's
+    ``flags.chain_restates_edit``; ``None``: not recorded, as in documents written before it was).
     """
 
     case_id: int
@@ -47,6 +49,7 @@ class ChainOutcome:
     r_pre: float
     r_post: float
     known_post: bool | None = None
+    restates_edit: bool | None = None
 
 
 @dataclass(frozen=True)

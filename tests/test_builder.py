@@ -86,8 +86,11 @@ def test_path_enumeration_with_cycles_and_a_cap() -> None:
     g = build_graph(facts)
     paths, truncated = enumerate_chains(g, "A", "T", max_steps=5, limit=100)
     assert not truncated
-    names = {tuple(g.edges[u, v, k]["fact"]["prompt"] for u, v, k in _edges(g, p)) for p in paths}
-    assert names == {("{} r5",), ("{} r6",), ("{} r3", "{} r4"), ("{} r1", "{} r2", "{} r4")}
+    names = {tuple(g.edges[u, v]["fact"]["prompt"] for u, v in _edges(g, p)) for p in paths}
+    # one link between two nodes: r5 and r6 (A -> T) are one edge, r5 posing it (ties by fact id)
+    posed = g.edges["A", "T"]["fact"]["prompt"]
+    assert {posed} | {a["prompt"] for a in g.edges["A", "T"]["aliases"]} == {"{} r5", "{} r6"}
+    assert names == {(posed,), ("{} r3", "{} r4"), ("{} r1", "{} r2", "{} r4")}
     for p in paths:  # simple: no node twice
         nodes = [e[0] for e in _edges(g, p)] + ["T"]
         assert len(nodes) == len(set(nodes))
@@ -97,14 +100,54 @@ def test_path_enumeration_with_cycles_and_a_cap() -> None:
     assert first == again and len(first) == 2 and set(first) <= set(paths)
     assert {tuple(x) for s in range(20) for x in sample_chains(paths, 2, seed=s, edit_id="e")} == set(paths)
     edit = EditSpec("e", "A", "{} r5", "T", "X", "drawn", ("g",))
-    out = chains_for_edits(facts, [edit], "global", 5, 3, 100, 0)
-    assert out["edits"][0]["paths_found"] == 4 and len(out["edits"][0]["chains"]) == 3
-    assert len({tuple(c) for c in out["edits"][0]["chains"]}) == 3  # deduplicated
+    out = chains_for_edits(facts, [edit], "global", 5, 2, 100, 0)
+    assert out["edits"][0]["paths_found"] == 3 and len(out["edits"][0]["chains"]) == 2
+    assert len({tuple(c) for c in out["edits"][0]["chains"]}) == 2  # deduplicated
+    assert out["merged_phrasings"] and out["edges"] == 7
 
 
-def _edges(g: nx.MultiDiGraph, path: tuple[str, ...]) -> list[tuple[str, str, str]]:
-    by_key = {k: (u, v, k) for u, v, k in g.edges(keys=True)}
-    return [by_key[k] for k in path]
+def test_phrasing_variants_merge_into_one_edge_posed_by_the_best_known() -> None:
+    """ "{} is father of" and "{} is the father of" between the same two nodes are one edge: its chains
+    are no phrasing variants of each other, and the edge is posed by the phrasing the model scores best."""
+    weak = {**_fact("A", "{} is father of", "B"), "validation": {"p": 0.2}}
+    strong = {**_fact("A", "{} is the father of", "B"), "validation": {"p": 0.6}}
+    step = {**_fact("B", "{} lives in", "T"), "validation": {"p": 0.5}}
+    g = build_graph([weak, strong, step])
+    assert isinstance(g, nx.DiGraph) and not g.is_multigraph()
+    assert g.edges["A", "B"]["fact"]["fact_id"] == strong["fact_id"]
+    assert [a["fact_id"] for a in g.edges["A", "B"]["aliases"]] == [weak["fact_id"]]
+    edit = EditSpec("e", "A", "{} lives in", "T", "X", "drawn", ("g",))
+    out = chains_for_edits([weak, strong, step], [edit], "global", 5, 0, 100, 0)
+    assert out["edits"][0]["chains"] == [[strong["fact_id"], step["fact_id"]]]
+    assert out["merged_phrasings"] == {weak["fact_id"]: strong["fact_id"]}
+
+
+def test_family_cap_shares_a_family_evenly_between_its_edits() -> None:
+    from knowgic.builder.graph import fair_shares
+
+    assert fair_shares([10, 2, 7], 9) == [4, 2, 3]
+    assert fair_shares([10, 2, 7], 0) == [10, 2, 7] and fair_shares([1, 1], 5) == [1, 1]
+    # family 1: A -> {B1..B4} -> T, A -> T; family 2: C -> D -> U, C -> U
+    facts = [_fact("A", "{} r", f"B{i}") for i in range(4)] + [_fact(f"B{i}", "{} r", "T") for i in range(4)]
+    facts += [
+        _fact("A", "{} s", "T"),
+        _fact("C", "{} r", "D"),
+        _fact("D", "{} r", "U"),
+        _fact("C", "{} s", "U"),
+    ]
+    edits = [
+        EditSpec("e1", "A", "{} s", "T", "X", "drawn", ("g",)),
+        EditSpec("e2", "C", "{} s", "U", "Y", "drawn", ("g",)),
+    ]
+    out = chains_for_edits(facts, edits, "global", 5, 0, 100, 0, family_cap=3)
+    assert [e["paths_found"] for e in out["edits"]] == [5, 2]
+    assert [len(e["chains"]) for e in out["edits"]] == [3, 2]
+    assert out["family_chains"] == {"A": 3, "C": 2}
+
+
+def _edges(g: nx.DiGraph, path: tuple[str, ...]) -> list[tuple[str, str]]:
+    by_fact = {d["fact"]["fact_id"]: (u, v) for u, v, d in g.edges(data=True)}
+    return [by_fact[k] for k in path]
 
 
 def test_graph_scope_walks_only_the_edits_own_graph() -> None:
@@ -424,3 +467,58 @@ def test_cli_build_then_review_export(tmp_path: Path) -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 2 and "does not exist: run knowgic build" in proc.stderr
+
+
+# --- the paper's loop: the prompt, reviewers' facts, chain questions ----------------------------------
+
+
+def test_chain_of_thought_prompt_asks_without_the_answer() -> None:
+    from knowgic.builder.expand import cot_prompt
+
+    spec = load_builder_spec()
+    fact = {"question": "Where did Harry Potter study?", "answer": "Hogwarts", "subject": "Harry Potter"}
+    for chat in (False, True):
+        text = cot_prompt(spec, fact, chat)
+        assert "Where did Harry Potter study?" in text and "Hogwarts" not in text
+
+
+def test_reviewer_adds_a_fact_that_stays_through_merges(tmp_path: Path) -> None:
+    g = _grown(("A", "knows", "B"))
+    rows = rv.merge_review([], g["candidates"], g["proposed_templates"])
+    row = rv.add_fact(rows, "B", "{} lives in", "Paris", "Where does {} live?", "person:ann")
+    assert row["question"] == "Where does B live?" and row["decision"] == "accept"
+    with pytest.raises(KnowgicError, match="one \\{\\}"):
+        rv.add_fact(rows, "B", "lives in", "Paris", "Where does {} live?", "person:ann")
+    rows = rv.merge_review(rows, [], [])  # a rerun whose candidates all went away keeps the added fact
+    assert next(r for r in rows if r["id"] == row["id"])["active"] is True
+    (added,) = rv.added(rows)
+    assert (added["subject"], added["prompt"], added["answer"], added["origin"]) == (
+        "B",
+        "{} lives in",
+        "Paris",
+        "added",
+    )
+    assert rv.summary(rows)["added"]["accept"] == 1
+    out = tmp_path / "r.csv"
+    rv.export_csv(rows, out)
+    with out.open("a", encoding="utf-8") as fh:
+        fh.write(",added,C,,{} lives in,Where does {} live?,Rome,,accept,\n")
+    assert rv.import_csv(rows, out, "person:csv") >= 1
+    assert {a["subject"] for a in rv.added(rows)} == {"B", "C"}
+
+
+def test_chain_question_asks_for_the_last_answer_through_the_chain() -> None:
+    from knowgic.builder.refine import chain_question, reworded
+
+    spec = load_builder_spec()
+    steps = [
+        {"subject": "Harry Potter", "question": "Who is Harry Potter's schoolmate?"},
+        {"subject": "Ron Weasley", "question": "Where did Ron Weasley study?"},
+    ]
+    assert (
+        chain_question(spec, steps) == 'Where did the answer to "Who is Harry Potter\'s schoolmate?" study?'
+    )
+    fact = {"subject": "Ron Weasley", "prompt": "{} studied at", "question": "Where did Ron Weasley study?"}
+    forms = reworded(spec, fact, 2)
+    assert forms == ["Q: Where did {} study?\nA:", "Question: Where did {} study?\nAnswer:"]
+    assert reworded(spec, fact, 0) == []

@@ -75,6 +75,7 @@ def test_registered_functions_give_the_papers_formulas(rome_run) -> None:
     direct: dict[str, M.MetricValue] = {
         "ifr": ifr(active),
         "ifr_uncapped": ifr(active, capped=False),
+        "ifr_indirect": ifr([c for c in active if not c.restates_edit]),
         **{f"ifr_by_length.{n}": ifr([c for c in active if c.length == n]) for n in range(1, 6)},
         "preservation": _weighted([(1.0, min(1.0, p.p_post / p.p_pre)) for p in known_pairs]),
         "preservation_macro": _weighted([(1.0, sum(v) / len(v)) for v in by_edit.values()]),
@@ -205,3 +206,23 @@ def test_the_registry_refuses_ambiguity(use_spec) -> None:
     assert METRICS.problem(benchmark_spec()) is None
     with pytest.raises(KnowgicError, match="needs a reason"):
         EditSums.of([0.0], [0.0], 0)
+
+
+def test_ifr_indirect_leaves_out_the_chains_that_restate_the_edit(rome_run) -> None:
+    """A run made now records which chains restate the edit; ifr_indirect is IFR without them, and a
+    document whose chains do not record the flag gets no value (not IFR's by default)."""
+    chains = rome_run.document["chains"]
+    assert all(isinstance(c["restates_edit"], bool) for c in chains)
+    records = Records.from_document(rome_run.document)
+    restating = [c for c in records.chains if c.restates_edit]
+    assert restating and all(c.length == 1 for c in restating)
+    older = {
+        **rome_run.document,
+        "chains": [{k: v for k, v in c.items() if k != "restates_edit"} for c in chains],
+    }
+    entry = compute(Records.from_document(older), benchmark_spec())["metrics"]["ifr_indirect"]
+    assert entry["value"] is None and "restates_edit" in entry["reason"]
+    assert (
+        compute(Records.from_document(older), benchmark_spec())["metrics"]["ifr"]
+        == rome_run.document["metrics"]["ifr"]
+    )

@@ -30,6 +30,7 @@ from knowgic.schema_errors import first_error_line
 
 BUILD_RECORD = "build/build.json"
 PROVENANCE = "build/provenance.jsonl"
+CHAIN_QUESTIONS = "build/chain_questions.jsonl"
 
 
 def _block(facts: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
@@ -85,10 +86,25 @@ def _build_section(record: Mapping[str, Any]) -> str:
         "| --- | --- |",
     ]
     lines += [f"| {k.replace('_', ' ')} | {v} |" for k, v in c.items()]
+    largest = record.get("families", {}).get("largest", {})
+    if largest.get("share") is not None:
+        lines.append(
+            f"\nThe largest family (connected component of the graph, here the one of "
+            f"{largest['family']}) holds {largest['chains']} of the {c['chains']} chains "
+            f"({100 * largest['share']:.1f}%); each family is capped at "
+            f"{record['settings']['max_chains_per_family'] or 'no limit'} chains."
+        )
+    if record.get("rounds"):
+        grown = ", ".join(
+            f"round {r['round']}: {r['expanded']} facts expanded, {r['new_facts']} new"
+            for r in record["rounds"]
+        )
+        lines.append(f"\nGrowth rounds ({grown}).")
     lines.append(
         f"\nPrompts, seeds and settings are in `{BUILD_RECORD}`; every fact's origin (the prompt, the "
         f"model's output, the sentence, the extraction, its validation score and the review decision) is "
-        f"in `{PROVENANCE}`.\n"
+        f"in `{PROVENANCE}`; one chain-based question per chain, with whether the model answers it, in "
+        f"`{CHAIN_QUESTIONS}`.\n"
     )
     return "\n".join(lines)
 
@@ -101,6 +117,7 @@ def version_files(
     record: Mapping[str, Any],
     provenance: Sequence[Mapping[str, Any]],
     license_text: str | None,
+    chain_questions: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, str]:
     if not rows:
         raise KnowgicError("the build found no chains: nothing to write (see the counts in the build folder)")
@@ -127,6 +144,8 @@ def version_files(
     files["CITATION.bib"] = CITATION
     files[BUILD_RECORD] = json.dumps(record, indent=1, ensure_ascii=False) + "\n"
     files[PROVENANCE] = jsonl_text(provenance)
+    if chain_questions:
+        files[CHAIN_QUESTIONS] = jsonl_text(chain_questions)
     info = {
         "name": name,
         "version": version,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from knowgic.builder import review as rv
-from knowgic.builder.graph import EditSpec, chains_for_edits
+from knowgic.builder.graph import EditSpec, chains_for_edits, edge_facts
 from knowgic.builder.match import similar_relations
 from knowgic.builder.seeds import (
     SeedEdit,
@@ -233,38 +233,69 @@ class Build:
 
         return self.stage("seeds", config, [], work)
 
-    def query_validation(self, seeds: dict[str, Any]) -> list[dict[str, Any]]:
+    def refine_config(self) -> dict[str, Any]:
+        return {"refine": self.spec.refine, "refine_attempts": int(self.spec.defaults["refine_attempts"])}
+
+    def validate_facts(
+        self, facts: list[dict[str, Any]], gold_from: list[dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
+        """Facts scored by the known rule; the unknown ones asked again in reworded forms (refinement)."""
+        from knowgic.builder.refine import refine_facts
         from knowgic.builder.validate import score_facts
 
+        loaded, scorer = self.models.get(self.cfg.model), self.scorer()
+        gold = gold_from if gold_from is not None else facts
+        scored = score_facts(facts, loaded, scorer, gold_from=gold)
+        attempts = int(self.spec.defaults["refine_attempts"])
+        if attempts <= 0:
+            return scored
+        return refine_facts(scored, self.spec, attempts, loaded, scorer, gold)
+
+    def query_validation(self, seeds: dict[str, Any]) -> list[dict[str, Any]]:
         def work(_key: str) -> dict[str, Any]:
             loaded = self.models.get(self.cfg.model)
-            return {"revision": loaded.revision, "facts": score_facts(seeds["facts"], loaded, self.scorer())}
+            return {"revision": loaded.revision, "facts": self.validate_facts(seeds["facts"])}
 
-        config = {**self.model_config(self.cfg.model), "protocol": self.protocol}
+        config = {**self.model_config(self.cfg.model), "protocol": self.protocol, **self.refine_config()}
         out = self.stage("query_validation", config, ["seeds"], work)
         self.revision = out["revision"]
         return out["facts"]
 
-    def grow(self, seeds: dict[str, Any], validated: list[dict[str, Any]]) -> dict[str, Any]:
-        """Stages 3 and 4: chain of thought, segmentation, extraction, matching, triplet validation."""
+    def grow(
+        self,
+        seeds: dict[str, Any],
+        frontier: list[dict[str, Any]],
+        known: list[dict[str, Any]],
+        round_no: int = 1,
+    ) -> dict[str, Any]:
+        """One round of stages 3 and 4 (chain of thought, segmentation, extraction, matching, triplet
+        validation) over the ``frontier`` facts, matched against every ``known`` fact so far. Round 1's
+        stages are named plainly, round k's with ``.rk``."""
         from knowgic.builder.expand import expand
         from knowgic.builder.extract import extract
         from knowgic.builder.match import match
         from knowgic.builder.segment import segment
-        from knowgic.builder.validate import score_facts
 
         d = self.spec.defaults
-        known = [f for f in validated if f["validation"]["known"]]
+        suffix = "" if round_no == 1 else f".r{round_no}"
+        before = ["query_validation"]
+        facts_cfg: dict[str, Any] = {}
+        if round_no > 1:  # what a later round grows from: the facts accepted so far, decided in review
+            facts_cfg = {
+                "frontier_sha256": sha256_text(rv.dumps(frontier)),
+                "known_sha256": sha256_text(rv.dumps(known)),
+            }
         cot_cfg = {
             **self.model_config(self.cfg.model),
             "cot": self.spec.cot,
             "max_new_tokens": d["cot_max_new_tokens"],
+            **facts_cfg,
         }
 
         def do_expand(key: str) -> list[dict[str, Any]]:
-            journal = self.store.journal("expand", key)
+            journal = self.store.journal("expand" + suffix, key)
             return expand(
-                known,
+                frontier,
                 self.generator(self.cfg.model),
                 self.spec,
                 journal,
@@ -272,12 +303,12 @@ class Build:
                 self.cfg.progress,
             )
 
-        cots = self.stage("expand", cot_cfg, ["query_validation"], do_expand)
+        cots = self.stage("expand" + suffix, cot_cfg, before, do_expand)
         lead = not self.models_is_chat() and self.spec.cot["base"].rstrip().endswith("\n{subject}")
         sentences = self.stage(
-            "segment",
+            "segment" + suffix,
             {"segmenter": "pysbd/en", "repeats": "dropped", "lead_from_prompt": lead},
-            ["expand"],
+            ["expand" + suffix],
             lambda _k: segment(cots, lead),
         )
         extractor = self.cfg.extractor or self.cfg.model
@@ -289,7 +320,7 @@ class Build:
         }
 
         def do_extract(key: str) -> list[dict[str, Any]]:
-            journal = self.store.journal("extract", key)
+            journal = self.store.journal("extract" + suffix, key)
             return extract(
                 sentences,
                 self.generator(extractor),
@@ -299,12 +330,13 @@ class Build:
                 self.cfg.progress,
             )
 
-        extractions = self.stage("extract", ex_cfg, ["segment"], do_extract)
+        extractions = self.stage("extract" + suffix, ex_cfg, ["segment" + suffix], do_extract)
         templates = {k: Template(**v) for k, v in seeds["templates"].items()}
         match_cfg = {
             "entity_match_cutoff": d["entity_match_cutoff"],
             "relation_match_cutoff": d["relation_match_cutoff"],
             "new_relation": self.spec.new_relation,
+            **facts_cfg,
         }
 
         def do_match(_key: str) -> dict[str, Any]:
@@ -319,18 +351,84 @@ class Build:
             )
 
         matched = self.stage(
-            "match", match_cfg, ["extract", "segment", "expand", "query_validation"], do_match
+            "match" + suffix,
+            match_cfg,
+            ["extract" + suffix, "segment" + suffix, "expand" + suffix, *before],
+            do_match,
         )
 
         def do_validate(_key: str) -> dict[str, Any]:
             cands = matched["candidates"]
-            scored = score_facts(
-                cands, self.models.get(self.cfg.model), self.scorer(), gold_from=known + cands
-            )
-            return {**matched, "candidates": scored}
+            for c in cands:
+                c["round"] = round_no
+            return {**matched, "candidates": self.validate_facts(cands, gold_from=known + cands)}
 
-        tv_cfg = {**self.model_config(self.cfg.model), "protocol": self.protocol}
-        return self.stage("triplet_validation", tv_cfg, ["match"], do_validate)
+        tv_cfg = {**self.model_config(self.cfg.model), "protocol": self.protocol, **self.refine_config()}
+        return self.stage("triplet_validation" + suffix, tv_cfg, ["match" + suffix], do_validate)
+
+    def grow_rounds(
+        self, seeds: dict[str, Any], validated: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]:
+        """The paper's cycle: expand, extract, validate, review; the facts accepted in round k are expanded
+        in round k+1, until ``rounds`` rounds, ``max_facts`` facts or a round that finds nothing new.
+        Returns (every round's candidates together, the review rows, the graph's facts)."""
+        d = self.spec.defaults
+        rounds, max_facts = int(d["rounds"]), int(d["max_facts"])
+        facts = self.graph_facts(validated, None, [])
+        rows = rv.read_review(self.cfg.build_dir / rv.REVIEW_FILE)
+        if not self.cfg.expand or rounds < 1:
+            return None, rows, facts + self.added_facts(rows, facts)
+        grown: dict[str, Any] = {"candidates": [], "proposed_templates": [], "counts": {}, "rounds": []}
+        frontier = list(facts)
+        for round_no in range(1, rounds + 1):
+            if not frontier or (max_facts and len(facts) >= max_facts):
+                break
+            expanded = len(frontier)
+            this = self.grow(seeds, frontier, facts, round_no)
+            seen = {c["fact_id"] for c in grown["candidates"]}
+            grown["candidates"] += [c for c in this["candidates"] if c["fact_id"] not in seen]
+            relations = {t["relation"] for t in grown["proposed_templates"]}
+            grown["proposed_templates"] += [
+                t for t in this["proposed_templates"] if t["relation"] not in relations
+            ]
+            for k, v in this["counts"].items():
+                grown["counts"][k] = grown["counts"].get(k, 0) + v
+            rows = self.review(grown)
+            now = self.graph_facts(validated, grown, rows)
+            now += self.added_facts(rows, now)
+            had = {f["fact_id"] for f in facts}
+            frontier = [f for f in now if f["fact_id"] not in had]
+            grown["rounds"].append(
+                {
+                    "round": round_no,
+                    "expanded": expanded,
+                    "candidates": len(this["candidates"]),
+                    "known": sum(c["validation"]["known"] for c in this["candidates"]),
+                    "new_facts": len(frontier),
+                }
+            )
+            facts = now
+        return grown, rows, facts
+
+    def added_facts(self, rows: list[dict[str, Any]], facts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Facts a reviewer added (``kind: added``), validated like any other: kept when the model knows
+        them (after refinement)."""
+        added = rv.added(rows)
+        if not added:
+            return []
+        config = {**self.model_config(self.cfg.model), "protocol": self.protocol, **self.refine_config(),
+                  "added": added, "facts_sha256": sha256_text(rv.dumps(facts))}  # fmt: skip
+
+        def work(_key: str) -> list[dict[str, Any]]:
+            for f in added:  # an added fact joins the graphs of the facts it touches (all when none)
+                touching = [g for x in facts if {x["subject"], x["answer"]} & {f["subject"], f["answer"]}
+                            for g in x["graphs"]]  # fmt: skip
+                f["graphs"] = sorted(set(touching or [g for x in facts for g in x["graphs"]]))
+            return self.validate_facts(added, gold_from=facts + added)
+
+        scored = self.stage("added_validation", config, ["query_validation"], work)
+        have = {f["fact_id"] for f in facts}
+        return [f for f in scored if f["validation"]["known"] and f["fact_id"] not in have]
 
     def review(self, grown: dict[str, Any] | None) -> list[dict[str, Any]]:
         path = self.cfg.build_dir / rv.REVIEW_FILE
@@ -402,8 +500,10 @@ class Build:
         objects: dict[str, list[str]] = defaultdict(list)
         gold: dict[tuple[str, str], set[str]] = defaultdict(set)
         for f in facts:
-            objects[f["prompt"]].append(f["answer"])
             gold[(f["subject"], f["prompt"])].add(f["answer"])
+        facts = list(edge_facts(facts))  # one edit per edge: its phrasings are one fact
+        for f in facts:
+            objects[f["prompt"]].append(f["answer"])
         specs, missing = [], 0
         similar = similar_relations(list(objects), float(self.spec.defaults["relation_match_cutoff"]))
         for f in facts:
@@ -442,6 +542,7 @@ class Build:
                 self.cap,
                 int(d["enumeration_limit"]),
                 self.seed,
+                int(d["max_chains_per_family"]),
             )
             used = {fid for e in out["edits"] for chain in e["chains"] for fid in chain}
             on_chains = [f for f in kept if f["fact_id"] in used]
@@ -473,14 +574,13 @@ class Build:
         cfg, d = self.cfg, self.spec.defaults
         seeds = self.seeds()
         validated = self.query_validation(seeds)
-        grown = self.grow(seeds, validated) if cfg.expand else None
-        rows = self.review(grown)
-        facts = self.graph_facts(validated, grown, rows)
+        grown, rows, facts = self.grow_rounds(seeds, validated)
         edits, no_counterfactual = self.edit_specs(seeds, facts)
         graph_cfg = {
             "scope": cfg.scope,
             "max_steps": self.max_steps,
             "cap": self.cap,
+            "family_cap": int(d["max_chains_per_family"]),
             "limit": int(d["enumeration_limit"]),
             "seed": self.seed,
             "facts_sha256": sha256_text(rv.dumps(facts)),
@@ -493,12 +593,14 @@ class Build:
         graph_out = self.stage("graph", graph_cfg, ["query_validation"], do_graph)
         by_id = {f["fact_id"]: f for f in facts}
         chains = chain_rows(graph_out, by_id)
+        questions = self.chain_questions(chains, seeds["aliases"])
         counts = self.counts(
             seeds, validated, grown, rows, facts, edits, no_counterfactual, graph_out, chains
         )
+        counts["chain_questions_known"] = sum(q["known"] for q in questions)
         out = None
         if cfg.out is not None:
-            record = self.record(seeds, counts, rows)
+            record = self.record(seeds, counts, rows, grown, graph_out)
             provenance = self.provenance(facts, graph_out, grown)
             license_text = None
             if cfg.source is not None:
@@ -507,11 +609,31 @@ class Build:
                 lic = open_dataset(cfg.source).folder / "LICENSE"
                 license_text = lic.read_text(encoding="utf-8") if lic.is_file() else None
             aliases = dict(seeds["aliases"])
-            files = version_files(cfg.name, cfg.version, chains, aliases, record, provenance, license_text)
+            files = version_files(
+                cfg.name, cfg.version, chains, aliases, record, provenance, license_text, questions
+            )
             write_folder(cfg.out, files, cfg.overwrite)
             out = cfg.out
         return BuildResult(
             counts, self.ran, self.skipped, out, time.perf_counter() - started, self.stage_seconds
+        )
+
+    def chain_questions(self, chains: list[dict[str, Any]], aliases: dict[str, Any]) -> list[dict[str, Any]]:
+        """The paper's chain-based questions: one per chain, validated on the model (build provenance)."""
+        from knowgic.builder.refine import chain_questions
+
+        config = {
+            **self.model_config(self.cfg.model),
+            "protocol": self.protocol,
+            "chain_question": self.spec.chain_question,
+        }
+        return self.stage(
+            "chain_questions",
+            config,
+            ["graph"],
+            lambda _k: chain_questions(
+                self.spec, chains, aliases, self.models.get(self.cfg.model), self.scorer()
+            ),
         )
 
     def counts(
@@ -539,17 +661,28 @@ class Build:
                     "new_facts_known": sum(x["validation"]["known"] for x in cands),
                     "new_facts_accepted": sum(1 for f in facts if f.get("origin") == "extracted"),
                     "proposed_templates": len(grown["proposed_templates"]),
+                    "rounds_run": len(grown["rounds"]),
                 }
             )
+        paths = [(r["edit_id"], *r["chain"]["subjects"], r["chain"]["answers"][-1]) for r in chains]
+        family = graph_out.get("family_chains", {})
         with_chains = [e for e in graph_out["edits"] if e["chains"]]
         c.update(
             {
                 "graph_facts": len(facts),
+                "facts_refined": sum(1 for f in facts if f.get("refined")),
+                "facts_added_by_review": sum(1 for f in facts if f.get("origin") == "added"),
                 "graph_nodes": graph_out["nodes"],
+                "graph_edges": graph_out.get("edges", graph_out["facts"]),
+                "phrasings_merged": len(graph_out.get("merged_phrasings", {})),
                 "edit_requests": len(edits),
                 "edits_without_counterfactual": no_cf,
                 "edits_with_chains": len(with_chains),
                 "chains": len(chains),
+                "phrasing_duplicate_chains": len(paths) - len(set(paths)),
+                "chains_restating_edit": sum(bool(r["flags"]["chain_restates_edit"]) for r in chains),
+                "families_with_chains": sum(1 for v in family.values() if v),
+                "largest_family_chains": max(family.values(), default=0),
                 "paths_found": sum(e["paths_found"] for e in graph_out["edits"]),
                 "facts_dropped_by_final_check": len(graph_out.get("dropped_by_final_check", [])),
             }
@@ -557,7 +690,12 @@ class Build:
         return c
 
     def record(
-        self, seeds: dict[str, Any], counts: dict[str, int], rows: list[dict[str, Any]]
+        self,
+        seeds: dict[str, Any],
+        counts: dict[str, int],
+        rows: list[dict[str, Any]],
+        grown: dict[str, Any] | None = None,
+        graph_out: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         cfg = self.cfg
         from knowgic.dataset.folder import open_dataset
@@ -594,9 +732,13 @@ class Build:
             "prompts": self.spec.prompts(),
             "review": {
                 "summary": summary,
-                "by": sorted(set(summary["fact"]["by"]) | set(summary["template"]["by"])),
+                "by": sorted(
+                    set(summary["fact"]["by"]) | set(summary["template"]["by"]) | set(summary["added"]["by"])
+                ),
             },
             "counts": counts,
+            "rounds": (grown or {}).get("rounds", []),
+            "families": _family_record(counts, (graph_out or {}).get("family_chains", {})),
             "stages": self.store.manifest(),
         }
 
@@ -645,6 +787,20 @@ class Build:
                 }
             )
         return rows
+
+
+def _family_record(counts: dict[str, int], family_chains: dict[str, int]) -> dict[str, Any]:
+    """The chains per family (connected component, named by its first node) and the largest one's share."""
+    total = counts.get("chains", 0)
+    largest = next(iter(family_chains.items()), (None, 0))
+    return {
+        "chains": family_chains,
+        "largest": {
+            "family": largest[0],
+            "chains": largest[1],
+            "share": round(largest[1] / total, 4) if total else None,
+        },
+    }
 
 
 class _Stopped(Exception):

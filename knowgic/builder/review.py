@@ -1,5 +1,7 @@
 """Stage 5, review: a person (review file or page) or an LLM judge accepts, rejects or edits each new
-triplet and each proposed relation template; every decision records who made it and when.
+triplet and each proposed relation template, and a person can add a fact the model's chain of thought
+missed (``kind: added``; validated on the model like any other); every decision records who made it and
+when.
 
     candidates + proposed templates --merge--> BUILD/review.jsonl (pending rows added, decisions kept)
         person: knowgic review BUILD (page) | the file itself | a CSV round trip (export/import)
@@ -21,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from knowgic.dataset.derive import fact_id
 from knowgic.dataset.io import atomic_write_text, jsonl_text, read_jsonl, read_text
 from knowgic.errors import KnowgicError
 
@@ -88,7 +91,8 @@ def merge_review(
             }
         )
         by_id[rid] = row
-    keep = set(active)
+    keep = set(active) | {i for i, r in by_id.items() if r.get("kind") == "added"}
+    active += [i for i, r in by_id.items() if r.get("kind") == "added" and i not in active]
     rows = [by_id[i] for i in dict.fromkeys(active)]
     rows += [{**r, "active": False} for i, r in by_id.items() if i not in keep]
     for r in rows[: len(keep)]:
@@ -119,6 +123,62 @@ def decide(
         row["edited"] = dict(edited)
     row.update({"decision": decision, "by": by, "at": now()})
     return row
+
+
+def add_fact(
+    rows: list[dict[str, Any]], subject: str, prompt: str, answer: str, question: str, by: str
+) -> dict[str, Any]:
+    """A fact a reviewer adds (in place; returns its row): ``prompt`` and ``question`` hold one ``{}`` for
+    the subject. It is accepted by whoever added it and validated on the model like any other fact."""
+    subject, answer = " ".join(subject.split()), " ".join(answer.split())
+    if not subject or not answer or subject.casefold() == answer.casefold():
+        raise KnowgicError("an added fact needs a subject and an answer that differ")
+    for key, value in (("prompt", prompt), ("question", question)):
+        if value.count("{}") != 1:
+            raise KnowgicError(f"an added fact's {key} must hold one {{}} for the subject, got {value!r}")
+    rid = f"added:{fact_id(subject, prompt, answer)}"
+    if any(r["id"] == rid for r in rows):
+        raise KnowgicError(f"the fact {subject} | {prompt} | {answer} was already added ({rid})")
+    row = {
+        "id": rid,
+        "kind": "added",
+        "relation": " ".join(prompt.replace("{}", " ").split()),
+        "subject": subject,
+        "prompt": prompt,
+        "question": question.replace("{}", subject, 1),
+        "answer": answer,
+        "decision": "accept",
+        "by": by,
+        "at": now(),
+        "active": True,
+    }
+    rows.append(row)
+    return row
+
+
+def added(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The facts reviewers added and did not reject since, as candidate facts (to be validated)."""
+    out = []
+    for r in rows:
+        if r.get("kind") != "added" or r["decision"] not in ("accept", "edit"):
+            continue
+        final = {k: r[k] for k in EDITABLE}
+        final.update(r.get("edited", {}))
+        if final["question"].count("{}") == 1:
+            final["question"] = final["question"].replace("{}", final["subject"], 1)
+        out.append(
+            {
+                **final,
+                "fact_id": fact_id(final["subject"], final["prompt"], final["answer"]),
+                "relation": r["relation"],
+                "aliases": [],
+                "graphs": [],
+                "origin": "added",
+                "sources": [],
+                "review": {"decision": "added", "by": r["by"], "at": r["at"], "review_id": r["id"]},
+            }
+        )
+    return out
 
 
 def pending(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -174,6 +234,14 @@ def import_csv(rows: list[dict[str, Any]], path: Path, by: str) -> int:
     by_id = {r["id"]: r for r in rows}
     changed = 0
     for i, line in enumerate(table, start=2):
+        if not (line.get("id") or "").strip() and (line.get("kind") or "added") == "added":
+            try:  # a new line without an id: a fact the reviewer adds
+                add_fact(rows, line.get("subject") or "", line.get("prompt") or "", line.get("answer") or "",
+                         line.get("question") or "", line.get("by") or by)  # fmt: skip
+            except KnowgicError as exc:
+                raise KnowgicError(f"{path}: line {i}: {exc}") from None
+            changed += 1
+            continue
         row = by_id.get(line["id"])
         if row is None:
             raise KnowgicError(f"{path}: line {i}: no review row {line['id']!r}")
@@ -230,7 +298,7 @@ def run_judge(rows: list[dict[str, Any]], generator: Any, spec: Any, journal: An
 def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     active = [r for r in rows if r.get("active", True)]
     out: dict[str, Any] = {}
-    for kind in ("fact", "template"):
+    for kind in ("fact", "template", "added"):
         mine = [r for r in active if r.get("kind") == kind]
         out[kind] = {d: sum(r["decision"] == d for r in mine) for d in DECISIONS}
         out[kind]["by"] = sorted({str(r["by"]).split("@")[0] for r in mine if r.get("by")})

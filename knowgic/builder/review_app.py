@@ -1,7 +1,7 @@
 """The review page: one triplet or template at a time, decided with the keyboard, saved at once.
 
-    review.jsonl --first pending row--> page (a accept · r reject · e save edits · n/p next/previous)
-        --decide()--> review.jsonl rewritten atomically after every decision
+    review.jsonl --first pending row--> page (a accept · r reject · e save edits · n/p next/previous ·
+        + add the fields as a new fact) --decide() / add_fact()--> review.jsonl rewritten atomically
 
 Closing the page loses nothing: it opens again at the first row still pending. The same functions are
 the page's API (``show``, ``decide``), so ``gradio_client`` drives it as a person does.
@@ -21,7 +21,8 @@ KEYS = """
   document.addEventListener('keydown', (ev) => {
     const tag = (ev.target && ev.target.tagName) || '';
     if (tag === 'INPUT' || tag === 'TEXTAREA') { if (!(ev.key === 'Enter' && ev.ctrlKey)) return; }
-    const ids = {a: 'rv-accept', r: 'rv-reject', e: 'rv-edit', n: 'rv-next', p: 'rv-prev', Enter: 'rv-edit'};
+    const ids = {a: 'rv-accept', r: 'rv-reject', e: 'rv-edit', n: 'rv-next', p: 'rv-prev', '+': 'rv-add',
+                 Enter: 'rv-edit'};
     const id = ids[ev.key];
     if (id) { const b = document.getElementById(id); if (b) { ev.preventDefault(); b.click(); } }
   });
@@ -103,6 +104,17 @@ def make_app(path: Path, reviewer: str) -> Any:
         )
         return _view(rows, later if later is not None else _first_pending(rows))
 
+    def add(index: float, subject: str, prompt: str, answer: str, question: str):
+        """A fact the reviewer adds from the fields (prompt and question with {} for the subject)."""
+        rows = rv.read_review(path)
+        try:
+            rv.add_fact(rows, subject, prompt, answer, question, reviewer)
+        except KnowgicError as exc:
+            raise gr.Error(str(exc)) from None
+        rv.write_review(path, rows)
+        active = [r for r in rows if r.get("active", True)]
+        return _view(rows, len(active) - 1)
+
     with gr.Blocks(title="KnowGIC build review") as app:
         gr.Markdown(f"### Review of `{path.parent.name}` · decisions by `{reviewer}`")
         index = gr.Number(value=-1, visible=False, precision=0)
@@ -119,7 +131,9 @@ def make_app(path: Path, reviewer: str) -> Any:
             edit = gr.Button("Save edits (e)", elem_id="rv-edit")
             prev = gr.Button("Previous (p)", elem_id="rv-prev")
             nxt = gr.Button("Next (n)", elem_id="rv-next")
+            plus = gr.Button("Add as a new fact (+)", elem_id="rv-add")
         outputs = [index, status, rid, subject, prompt, answer, question]
+        plus.click(add, [index, subject, prompt, answer, question], outputs, api_name="add_row")
         for button, decision in ((accept, "accept"), (reject, "reject"), (edit, "edit")):
             state = gr.State(decision)
             button.click(

@@ -11,7 +11,7 @@ from knowgic.errors import KnowgicError
 from knowgic.paths import spec_dir
 from knowgic.yamlfile import read_yaml
 
-_SECTIONS = ("defaults", "cot", "extraction", "new_relation", "judge")
+_SECTIONS = ("defaults", "cot", "extraction", "new_relation", "judge", "refine", "chain_question")
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,8 @@ class BuilderSpec:
     extraction: dict[str, Any]
     new_relation: dict[str, str]
     judge: dict[str, str]
+    refine: dict[str, Any]
+    chain_question: dict[str, str]
     path: str
 
     def prompts(self) -> dict[str, Any]:
@@ -32,6 +34,8 @@ class BuilderSpec:
             "extraction": self.extraction,
             "new_relation": self.new_relation,
             "judge": self.judge,
+            "refine": self.refine,
+            "chain_question": self.chain_question,
         }
 
     def extraction_examples(self) -> str:

@@ -41,6 +41,7 @@ def collect_outcomes(plan: EvalPlan, run: RunScores) -> Outcomes:
                     r_pre=M.chain_reliability(float(pre_p[i]) for i in steps),
                     r_post=M.chain_reliability(post[i][0] for i in steps),
                     known_post=all(post[i][1] for i in steps),
+                    restates_edit=chain.restates_edit,
                 )
             )
         for fact in edit.broader:

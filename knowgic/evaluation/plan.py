@@ -42,6 +42,21 @@ QUESTION_CLOZE = "Q: {}\nA:"
 class ChainPlan:
     case_id: int
     step_queries: tuple[int, ...]
+    restates_edit: bool = False  # one step asking the edited fact itself (the row's flag, or the same rule)
+
+
+def restates_edit(case: Case) -> bool:
+    """The row's ``flags.chain_restates_edit``; for a row without flags, the same rule: one step from the
+    edited subject to its old object."""
+    flags = case.extra.get("flags")
+    if isinstance(flags, Mapping) and isinstance(flags.get("chain_restates_edit"), bool):
+        return bool(flags["chain_restates_edit"])
+    facts = case.chain.facts
+    return (
+        len(facts) == 1
+        and facts[0].subject == case.request.subject
+        and facts[0].answer == case.request.target_true
+    )
 
 
 @dataclass(frozen=True)
@@ -272,6 +287,7 @@ def build_plan(
             ChainPlan(
                 case_id=case.case_id,
                 step_queries=tuple(fact_query(f.subject, f.prompt, f.answer) for f in case.chain.facts),
+                restates_edit=restates_edit(case),
             )
             for case in rows
         ]

@@ -71,6 +71,15 @@ def comparability_problem(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | N
     return None
 
 
+def _stated(document: Mapping[str, Any], metric: str) -> float | None:
+    """The value a document states for ``metric``; None when undefined or not stated (a document written
+    before the metric was declared)."""
+    try:
+        return metric_entry_at(document["metrics"], metric)["value"]
+    except (KeyError, TypeError):
+        return None
+
+
 @dataclass(frozen=True)
 class PairedResamples:
     """Several comparable runs, their per-edit statistics aligned edit by edit (see :func:`paired_resamples`).
@@ -91,8 +100,7 @@ class PairedResamples:
         """Run ``b`` minus run ``a`` on ``metric``: interval, p-value, verdict and the few-edits flag."""
         spec = self.declared[metric]
         test = PAIRED_TEST_BY_KIND[spec.kind]
-        va = metric_entry_at(self.documents[a]["metrics"], metric)["value"]
-        vb = metric_entry_at(self.documents[b]["metrics"], metric)["value"]
+        va, vb = _stated(self.documents[a], metric), _stated(self.documents[b], metric)
         if va is None or vb is None:
             which = " and ".join(x for x, v in (("A", va), ("B", vb)) if v is None)
             return MetricDifference(

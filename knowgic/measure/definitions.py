@@ -8,6 +8,7 @@ metric                          :math:`a_e`                                     
 ==============================  =====================================================  ===================
 ``ifr``                         :math:`\sum_{i \in e} w_i \min(1, R'_i/R_i)`            :math:`\sum_{i \in e} w_i`
 ``ifr_uncapped``                :math:`\sum_{i \in e} w_i R'_i/R_i`                     :math:`\sum_{i \in e} w_i`
+``ifr_indirect``                IFR's, over the chains that do not restate the edit    IFR's, idem
 ``ifr_by_length`` (part n)      IFR's, over the edit's chains of length n              IFR's, length n
 ``preservation``                :math:`\sum_{t \in e} \min(1, p'_t/p_t)`                known facts of e
 ``preservation_macro``          the edit's own Preservation, a_e/b_e of ``preservation``  1 (0 without one)
@@ -40,16 +41,32 @@ METRICS = MetricRegistry()
 NO_ACTIVE_CHAINS = "no active chains: the unedited model does not know every step of any chain"
 
 
-def _chain_sums(records: Records, capped: bool, length: int | None = None) -> EditSums:
+NOT_RECORDED_RESTATES = (
+    "the chain records do not say which chains restate the edit (results written before chains recorded "
+    "restates_edit): rerun the evaluation"
+)
+
+
+def _chain_sums(
+    records: Records, capped: bool, length: int | None = None, indirect: bool = False
+) -> EditSums:
     index = records.index()
     a, b = np.zeros(len(records.edits)), np.zeros(len(records.edits))
-    selected = [c for c in records.chains if length is None or c.length == length]
+    if indirect and any(c.restates_edit is None for c in records.chains):
+        return EditSums.of(a, b, 0, NOT_RECORDED_RESTATES)
+    selected = [
+        c
+        for c in records.chains
+        if (length is None or c.length == length) and not (indirect and c.restates_edit)
+    ]
     counted = [c for c in selected if c.active and c.r_pre > 0.0]
     for chain in counted:
         e, w = index[chain.edit_id], M.chain_weight(chain.length)
         a[e] += w * M.retention_ratio(chain.r_pre, chain.r_post, capped)
         b[e] += w
     empty = None if selected else ("no chains" if length is None else f"no chains of length {length}")
+    if indirect and not selected and records.chains:
+        empty = "every chain restates the edit"
     return EditSums.of(a, b, len(counted), empty, None if counted else NO_ACTIVE_CHAINS)
 
 
@@ -61,6 +78,11 @@ def ifr(records: Records) -> EditSums:
 @METRICS.register("ifr_uncapped")
 def ifr_uncapped(records: Records) -> EditSums:
     return _chain_sums(records, capped=False)
+
+
+@METRICS.register("ifr_indirect")
+def ifr_indirect(records: Records) -> EditSums:
+    return _chain_sums(records, capped=True, indirect=True)
 
 
 @METRICS.register("ifr_by_length")

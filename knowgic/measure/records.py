@@ -115,6 +115,8 @@ class Records:
                     r_pre=float(c["r_pre"]),
                     r_post=float(c["r_post"]),
                     known_post=c.get("known_post"),
+                    # absent in documents written before chains recorded it: not recorded, not False
+                    restates_edit=c.get("restates_edit"),
                 )
                 for c in chains
             ),
