@@ -356,7 +356,12 @@ class Build:
         if self.cfg.judge and rv.pending(rows):
             judge_cfg = {**self.model_config(self.cfg.judge), "judge": self.spec.judge}
             journal = self.store.journal("judge", stage_key("judge", judge_cfg, {}))
-            rv.run_judge(rows, self.generator(self.cfg.judge), self.spec, journal, self.cfg.progress)
+            from knowgic.builder.judge import controls_from_store
+
+            controls = controls_from_store(self.store, self.spec, self.seed)
+            rv.run_judge(
+                rows, self.generator(self.cfg.judge), self.spec, journal, self.cfg.progress, controls
+            )
             rv.write_review(path, rows)
         waiting = rv.pending(rows)
         if waiting:
