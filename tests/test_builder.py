@@ -18,7 +18,13 @@ from knowgic.builder.generation import Generator, check_answers, parse_constrain
 from knowgic.builder.graph import EditSpec, build_graph, chains_for_edits, enumerate_chains, sample_chains
 from knowgic.builder.match import EntityMatcher, map_relation, similar_relations
 from knowgic.builder.pipeline import Build, BuildConfig, ReviewPending, run_build
-from knowgic.builder.seeds import Template, counterfactual, read_templates, seeds_from_file
+from knowgic.builder.seeds import (
+    Template,
+    counterfactual,
+    read_templates,
+    seeds_from_file,
+    seeds_from_version,
+)
 from knowgic.builder.segment import segment_text
 from knowgic.builder.spec import JUDGE_SCHEMA, load_builder_spec
 from knowgic.errors import KnowgicError
@@ -49,26 +55,60 @@ def test_segmentation_keeps_abbreviations_and_splits_sentences() -> None:
 
 def test_entity_matching_to_nodes_and_aliases() -> None:
     nodes = ["Harry Potter", "Harry Dresden", "Hogwarts School of Witchcraft and Wizardry", "Bill Clinton"]
-    m = EntityMatcher.build(nodes, {"Bill Clinton": ["William Jefferson Clinton"]}, cutoff=90)
+    aliases = {
+        "Bill Clinton": ["William Jefferson Clinton"],
+        "Hogwarts School of Witchcraft and Wizardry": ["Hogwarts"],
+    }
+    m = EntityMatcher.build(nodes, aliases, cutoff=90)
     assert m.match("harry potter") == ("Harry Potter", 100.0)
-    assert m.match("Hogwarts")[0] == "Hogwarts School of Witchcraft and Wizardry"
+    assert m.match("Harry potter") == ("Harry Potter", 100.0)
+    assert m.match("Harry Poter")[0] == "Harry Potter"  # a spelling variant, whole string
+    assert m.match("hogwarts")[0] == "Hogwarts School of Witchcraft and Wizardry"  # from the alias table
     assert m.match("William Jefferson Clinton")[0] == "Bill Clinton"
-    assert m.match("Harry") == ("Harry", None)  # two nodes tie: ambiguous, a node of its own
+    assert m.match("Harry") == ("Harry", None)
     assert m.match("Zeus") == ("Zeus", None)
+    # the published alias table (aliases.json of 1.1.0)
+    facts, _templates, _edits, published = seeds_from_version("1.1.0")
+    m = EntityMatcher.build(sorted({f.answer for f in facts} | {f.subject for f in facts}), published, 90)
+    assert m.match("Aidan Mezvinsky")[0] == "Aidan Clinton Mezvinsky"
+    assert m.match("William H. Gates")[0] == "Bill Gates"
+
+
+def test_entity_matching_never_merges_a_name_into_a_part_of_it() -> None:
+    m = EntityMatcher.build(
+        ["Harry Potter", "Microsoft", "Hogwarts School of Witchcraft and Wizardry"], {}, 90
+    )
+    assert m.match("Harry Potter and the Goblet of Fire") == ("Harry Potter and the Goblet of Fire", None)
+    assert m.match("Microsoft Windows") == ("Microsoft Windows", None)
+    assert m.match("Hogwarts") == ("Hogwarts", None)  # no alias lists it: a node of its own
+    m.add("Microsoft Windows")
+    assert m.match("microsoft windows") == ("Microsoft Windows", 100.0)
 
 
 def test_relation_mapping_and_similar_relations() -> None:
-    templates = {
-        "{} studied at": Template("{} studied at", "{} studied at", "Where did {} study?", "version"),
-        "{}'s schoolmate is": Template(
-            "{}'s schoolmate is", "{}'s schoolmate is", "Who is {}'s schoolmate?", "v"
-        ),
-    }
-    assert map_relation("studied at", templates, 85)[0].prompt == "{} studied at"
-    assert map_relation("schoolmate", templates, 85)[0].prompt == "{}'s schoolmate is"
-    assert map_relation("was born in", templates, 85) == (None, None)
-    similar = similar_relations(["{} has grandchild", "{} has a grandchild", "{} studied at"], 85)
+    def t(prompt: str) -> Template:
+        return Template(prompt, prompt, "What about {}?", "version")
+
+    templates = {p: t(p) for p in ("{} studied at", "{}'s schoolmate is", "{} is the father of")}
+    assert map_relation("studied at", templates, 90)[0].prompt == "{} studied at"
+    assert map_relation("'s schoolmate is", templates, 90)[0].prompt == "{}'s schoolmate is"
+    assert map_relation("is father of", templates, 90)[0].prompt == "{} is the father of"
+    assert map_relation("was born in", templates, 90) == (None, None)
+    assert map_relation("is the mother of", templates, 90) == (None, None)
+    similar = similar_relations(["{} has grandchild", "{} has a grandchild", "{} studied at"], 90)
     assert similar["{} has grandchild"] == ["{} has grandchild", "{} has a grandchild"]
+
+
+def test_relation_matching_never_maps_a_short_phrase_to_a_longer_template() -> None:
+    prompts = ("{} is the grandson of", "{} is a Member of Parliament in", "{}'s schoolmate is")
+    templates = {p: Template(p, p, "What about {}?", "version") for p in prompts}
+    assert map_relation("is", templates, 90) == (None, None)
+    assert map_relation("is a member of", templates, 90) == (None, None)
+    assert map_relation("schoolmate", templates, 90) == (None, None)
+    similar = similar_relations(
+        ["{} was created at", "{} was created by", "{} worked in", "{} worked on"], 90
+    )
+    assert all(v == [k] for k, v in similar.items())
 
 
 def test_path_enumeration_with_cycles_and_a_cap() -> None:

@@ -64,7 +64,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-expand", dest="expand", action="store_false", help="skip the chain-of-thought growth"
     )
-    p.add_argument("--extractor", help="a separate model for triplet extraction (default: --model)")
+    p.add_argument(
+        "--extractor",
+        help="a separate model for triplet extraction, or 'spacy' for deterministic dependency rules "
+        "(spaCy and its en_core_web_sm pipeline; default: --model)",
+    )
     p.add_argument("--judge", metavar="MODEL", help="an LLM judge decides the review instead of a person")
     p.add_argument(
         "--protocol", help="the scoring protocol whose 'known' rule validates facts (default: logprob)"

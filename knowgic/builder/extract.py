@@ -1,9 +1,13 @@
 """Stage 3c, extraction: atomic (subject, relation, object) triplets of each sentence, as constrained JSON.
 
     sentence --few-shot prompt (spec)--> generation under the JSON Schema --json.loads--> triplets
+             --triplets that copy a few-shot example dropped--> triplets
 
-The extractor is the built model or a separate ``--extractor`` model. Each sentence's prompt, raw output
-and parse result are journaled (resumable, traceable).
+The extractor is the built model or a separate ``--extractor`` model (or ``--extractor spacy``, the
+dependency rules of :mod:`knowgic.builder.spacy_rules`). The few-shot examples are ordered so that the
+last one shown is never the empty answer (a small model copies the last answer), and an example whose
+sentence is the input is left out. Each sentence's prompt, raw output and parse result are journaled
+(resumable, traceable).
 """
 
 from __future__ import annotations
@@ -19,17 +23,39 @@ from knowgic.builder.store import Journal
 
 
 def extraction_prompt(spec: BuilderSpec, sentence: str) -> str:
-    return spec.extraction["prompt"].format(examples=spec.extraction_examples(), sentence=sentence)
+    return spec.extraction["prompt"].format(examples=spec.extraction_examples(sentence), sentence=sentence)
 
 
-def clean_triplets(value: Any) -> list[dict[str, str]]:
-    """The schema-shaped triplets with surrounding spaces trimmed; empty fields and self-loops dropped."""
-    out = []
+def _fold(text: str) -> str:
+    return " ".join(str(text).split()).casefold()
+
+
+def example_triplets(spec: BuilderSpec) -> set[tuple[str, str, str]]:
+    """The few-shot examples' triplets, case and spacing folded."""
+    return {
+        (_fold(t["subject"]), _fold(t["relation"]), _fold(t["object"]))
+        for ex in spec.extraction["examples"]
+        for t in ex["triplets"]
+    }
+
+
+def clean_triplets(
+    value: Any, sentence: str = "", examples: set[tuple[str, str, str]] = frozenset()
+) -> tuple[list[dict[str, str]], int]:
+    """(the schema-shaped triplets with surrounding spaces trimmed, empty fields and self-loops dropped;
+    how many copied a few-shot example). A triplet equal to an example's is a copy of the prompt, not
+    of the sentence, unless its subject and object are both in ``sentence``."""
+    out, copied = [], 0
+    text = _fold(sentence)
     for t in (value or {}).get("triplets", []):
         s, r, o = (" ".join(str(t.get(k, "")).split()) for k in ("subject", "relation", "object"))
-        if s and r and o and s.casefold() != o.casefold():
-            out.append({"subject": s, "relation": r, "object": o})
-    return out
+        if not (s and r and o) or s.casefold() == o.casefold():
+            continue
+        if (_fold(s), _fold(r), _fold(o)) in examples and not (_fold(s) in text and _fold(o) in text):
+            copied += 1
+            continue
+        out.append({"subject": s, "relation": r, "object": o})
+    return out, copied
 
 
 def extract(
@@ -44,9 +70,12 @@ def extract(
     prompts = [extraction_prompt(spec, s["text"]) for s in todo]
     bar = tqdm(total=len(todo), desc="triplet extraction", disable=not progress, leave=False)
 
+    shots = example_triplets(spec)
+
     def record(start: int, outputs: list[str]) -> None:
         for sent, prompt, output in zip(todo[start:], prompts[start:], outputs, strict=False):
             value, error = parse_constrained(output)
+            triplets, copied = clean_triplets(value, sent["text"], shots) if error is None else ([], 0)
             journal.add(
                 sent["sentence_id"],
                 {
@@ -54,7 +83,8 @@ def extract(
                     "prompt": prompt,
                     "output": output,
                     "error": error,
-                    "triplets": clean_triplets(value) if error is None else [],
+                    "triplets": triplets,
+                    "copied_examples": copied,
                 },
             )
         bar.update(len(outputs))

@@ -1,18 +1,23 @@
 """Stage 3d, matching: extracted names to the graph's nodes, relation phrases to relation templates.
 
-    triplet (s, r, o) --rapidfuzz token_set_ratio vs node names and aliases--> canonical s, o
-                       --rapidfuzz token_set_ratio vs template phrases--> template | proposed template
+    triplet (s, r, o) --alias table, then rapidfuzz ratio vs node names and aliases--> canonical s, o
+                       --rapidfuzz ratio vs template phrases (articles dropped)--> template | proposed
 
-A name merges into a node when one node scores at least the cutoff and no other node ties with it (an
-ambiguous short name such as "Harry" stays its own node); otherwise it becomes a new node. A relation
-phrase without a template above its cutoff gets a proposed template (spec ``new_relation``), reviewed
-with the triplets that use it.
+Both scores compare whole strings (``fuzz.ratio`` after ``utils.default_process``: lower case, punctuation
+removed), so a name never merges into another it is only part of: "Harry Potter and the Goblet of Fire"
+stays apart from "Harry Potter", "Microsoft Windows" from "Microsoft", and the relation phrase "is" from
+"{} is the grandson of". Spelling variants ("Harry potter", "Harry Poter") merge; other names of a node
+merge only through the alias table (the dataset's ``aliases.json``, the build's aliases), matched exactly
+up to case. A name merges into a node when one node scores at least the cutoff and no other node ties
+with it; otherwise it becomes a new node. Relation phrases drop the articles a, an, the before the
+comparison ("is father of" is "{} is the father of"). A relation phrase without a template above its
+cutoff gets a proposed template (spec ``new_relation``), reviewed with the triplets that use it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from knowgic.builder.generation import require
@@ -27,6 +32,7 @@ class EntityMatcher:
 
     forms: dict[str, str]
     cutoff: float
+    _folded: dict[str, str | None] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -39,16 +45,26 @@ class EntityMatcher:
                 forms.setdefault(alias, node)
         return cls(forms, cutoff)
 
+    def _exact(self) -> dict[str, str | None]:
+        """Case-folded surface form -> its node (None when two nodes share the form)."""
+        if self._folded is None:
+            self._folded = {}
+            for form, node in self.forms.items():
+                key = form.casefold()
+                self._folded[key] = node if self._folded.get(key, node) == node else None
+        return self._folded
+
     def match(self, name: str) -> tuple[str, float | None]:
         """(canonical name, score); the name itself and None when it matches no node unambiguously."""
-        folded = {f.casefold(): n for f, n in self.forms.items()}
-        if name.casefold() in folded:
-            return folded[name.casefold()], 100.0
+        exact = self._exact()
+        if name.casefold() in exact:
+            node = exact[name.casefold()]
+            return (node, 100.0) if node is not None else (name, None)
         rapidfuzz = require("rapidfuzz")
         hits = rapidfuzz.process.extract(
             name,
             list(self.forms),
-            scorer=rapidfuzz.fuzz.token_set_ratio,
+            scorer=rapidfuzz.fuzz.ratio,
             processor=rapidfuzz.utils.default_process,
             score_cutoff=self.cutoff,
             limit=None,
@@ -62,26 +78,33 @@ class EntityMatcher:
         return nodes.pop(), float(best)
 
     def add(self, name: str) -> None:
-        self.forms.setdefault(name, name)
+        if name not in self.forms:
+            self.forms[name] = name
+            self._folded = None
+
+
+ARTICLES = frozenset({"a", "an", "the"})
 
 
 def relation_phrase(prompt: str) -> str:
     return " ".join(prompt.replace("{}", " ").split())
 
 
+def relation_key(phrase: str) -> str:
+    """The form a relation phrase is compared in: lower case, no punctuation, no articles."""
+    rapidfuzz = require("rapidfuzz")
+    return " ".join(w for w in rapidfuzz.utils.default_process(phrase).split() if w not in ARTICLES)
+
+
 def map_relation(
     phrase: str, templates: Mapping[str, Template], cutoff: float
 ) -> tuple[Template | None, float | None]:
     rapidfuzz = require("rapidfuzz")
-    choices = {name: relation_phrase(t.prompt) for name, t in templates.items()}
+    choices = {name: relation_key(relation_phrase(t.prompt)) for name, t in templates.items()}
     if not choices:
         return None, None
     hit = rapidfuzz.process.extractOne(
-        phrase,
-        choices,
-        scorer=rapidfuzz.fuzz.token_set_ratio,
-        processor=rapidfuzz.utils.default_process,
-        score_cutoff=cutoff,
+        relation_key(phrase), choices, scorer=rapidfuzz.fuzz.ratio, score_cutoff=cutoff
     )
     if hit is None:
         return None, None
@@ -91,13 +114,11 @@ def map_relation(
 
 def similar_relations(prompts: Sequence[str], cutoff: float) -> dict[str, list[str]]:
     """Each relation template -> the templates whose phrase matches it as a relation phrase is matched
-    to a template (token_set_ratio >= cutoff), itself included: "{} has grandchild" and
-    "{} has a grandchild" are one relation spelled twice."""
+    to a template (ratio of the phrases without articles >= cutoff), itself included:
+    "{} has grandchild" and "{} has a grandchild" are one relation spelled twice."""
     rapidfuzz = require("rapidfuzz")
-    phrases = [relation_phrase(p) for p in prompts]
-    scores = rapidfuzz.process.cdist(
-        phrases, phrases, scorer=rapidfuzz.fuzz.token_set_ratio, processor=rapidfuzz.utils.default_process
-    )
+    phrases = [relation_key(relation_phrase(p)) for p in prompts]
+    scores = rapidfuzz.process.cdist(phrases, phrases, scorer=rapidfuzz.fuzz.ratio)
     return {
         p: [prompts[j] for j in range(len(prompts)) if scores[i][j] >= cutoff] for i, p in enumerate(prompts)
     }

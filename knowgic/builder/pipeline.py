@@ -41,6 +41,7 @@ from knowgic.records import EditRequest
 SEED_SUBJECTS = ("all", "edits")
 EDIT_MODES = ("published", "all")
 SCOPES = ("graph", "global")
+SPACY = "spacy"  # --extractor spacy: the dependency rules of knowgic.builder.spacy_rules
 
 
 class ReviewPending(KnowgicError):
@@ -148,6 +149,10 @@ class Build:
         self.skipped: list[str] = []
         self.stage_seconds: dict[str, float] = {}
         self.revision = ""
+        if cfg.extractor == SPACY:  # a missing package is said before any work
+            from knowgic.builder.spacy_rules import require_spacy
+
+            require_spacy(self.spec)
 
     # --- the stage runner -------------------------------------------------------------------------
 
@@ -318,8 +323,14 @@ class Build:
             "schema": self.spec.extraction_schema(),
             "max_new_tokens": d["extract_max_new_tokens"],
         }
+        if extractor == SPACY:
+            from knowgic.builder.spacy_rules import extract_spacy, spacy_config
+
+            ex_cfg = {"extractor": SPACY, **spacy_config(self.spec)}
 
         def do_extract(key: str) -> list[dict[str, Any]]:
+            if extractor == SPACY:
+                return extract_spacy(sentences, self.spec)
             journal = self.store.journal("extract" + suffix, key)
             return extract(
                 sentences,
@@ -443,7 +454,12 @@ class Build:
         if self.cfg.judge and rv.pending(rows):
             judge_cfg = {**self.model_config(self.cfg.judge), "judge": self.spec.judge}
             journal = self.store.journal("judge", stage_key("judge", judge_cfg, {}))
-            rv.run_judge(rows, self.generator(self.cfg.judge), self.spec, journal, self.cfg.progress)
+            from knowgic.builder.judge import controls_from_store
+
+            controls = controls_from_store(self.store, self.spec, self.seed)
+            rv.run_judge(
+                rows, self.generator(self.cfg.judge), self.spec, journal, self.cfg.progress, controls
+            )
             rv.write_review(path, rows)
         waiting = rv.pending(rows)
         if waiting:

@@ -264,27 +264,37 @@ def judge_prompt(spec: Any, row: Mapping[str, Any]) -> str:
     return spec.judge["prompt"].format(subject=row["subject"], relation=relation, answer=row["answer"])
 
 
-def run_judge(rows: list[dict[str, Any]], generator: Any, spec: Any, journal: Any, progress: bool) -> int:
-    """Decide every pending active fact with the judge (journaled); templates follow their facts."""
-    from knowgic.builder.generation import parse_constrained
+def run_judge(
+    rows: list[dict[str, Any]],
+    generator: Any,
+    spec: Any,
+    journal: Any,
+    progress: bool,
+    controls: Sequence[Mapping[str, Any]] | None = None,
+) -> int:
+    """Decide every pending active fact with the judge (journaled), once it passed its control check
+    (:mod:`knowgic.builder.judge`, ``controls`` mixed in); templates follow their facts."""
+    from knowgic.builder.judge import judge_with_controls
     from knowgic.builder.spec import JUDGE_SCHEMA
 
     todo = [r for r in pending(rows) if r["kind"] == "fact" and r["id"] not in journal.done]
-    prompts = [judge_prompt(spec, r) for r in todo]
-
-    def record(start: int, outputs: list[str]) -> None:
-        for row, prompt, output in zip(todo[start:], prompts[start:], outputs, strict=False):
-            value, error = parse_constrained(output)
-            verdict = value["verdict"] if error is None else "reject"
-            journal.add(row["id"], {"prompt": prompt, "output": output, "verdict": verdict, "error": error})
-
-    generator.generate(prompts, int(spec.defaults["judge_max_new_tokens"]), JUDGE_SCHEMA, on_batch=record)
+    tokens = int(spec.defaults["judge_max_new_tokens"])
     by = f"judge:{generator.label}"
+    checked = judge_with_controls(
+        todo,
+        controls,
+        lambda r: judge_prompt(spec, r),
+        lambda prompts, record: generator.generate(prompts, tokens, JUDGE_SCHEMA, on_batch=record),
+        journal,
+        spec,
+        generator.label,
+    )
     n = 0
     for row in pending(rows):
         if row["kind"] == "fact" and row["id"] in journal.done:
             decide(rows, row["id"], journal.done[row["id"]]["verdict"], by)
             row["judge_output"] = journal.done[row["id"]]["output"]
+            row["judge_check"] = checked
             n += 1
     used = {
         r["relation"] for r in rows if r["kind"] == "fact" and r["decision"] == "accept" and r.get("active")
@@ -302,6 +312,8 @@ def summary(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         mine = [r for r in active if r.get("kind") == kind]
         out[kind] = {d: sum(r["decision"] == d for r in mine) for d in DECISIONS}
         out[kind]["by"] = sorted({str(r["by"]).split("@")[0] for r in mine if r.get("by")})
+    checks = {json.dumps(r["judge_check"], sort_keys=True) for r in active if r.get("judge_check")}
+    out["judge_checks"] = [json.loads(c) for c in sorted(checks)]
     return out
 
 

@@ -22,6 +22,19 @@ def segment_text(text: str) -> list[str]:
     return [s.strip() for s in segmenter.segment(text) if s.strip()]
 
 
+def with_lead(lead: str, output: str) -> str:
+    """``lead`` (the subject the prompt ends with) put back in front of ``output``: a space between
+    them when the output starts a new word (a tokenizer often decodes the first generated word without
+    its leading space, "Aidan Clinton Mezvinskyis a sibling ..."), none before punctuation ("'s", ",")."""
+    if not lead:
+        return output
+    lead = lead.rstrip()
+    start = output[:1]
+    if start and not start.isspace() and (start.isalnum() or start in '("“'):
+        return f"{lead} {output}"
+    return lead + output
+
+
 def segment(cots: Sequence[dict[str, Any]], lead_from_prompt: bool = False) -> list[dict[str, Any]]:
     """``lead_from_prompt``: the prompt ends with the start of the model's first sentence (the base
     template's last line is the subject), so that line is put back in front of the output."""
@@ -29,7 +42,7 @@ def segment(cots: Sequence[dict[str, Any]], lead_from_prompt: bool = False) -> l
     for cot in cots:
         lead = cot["prompt"].rsplit("\n", 1)[-1] if lead_from_prompt else ""
         # a small model often repeats itself: a sentence said again adds nothing to extract
-        for i, sentence in enumerate(dict.fromkeys(segment_text(lead + cot["output"]))):
+        for i, sentence in enumerate(dict.fromkeys(segment_text(with_lead(lead, cot["output"])))):
             rows.append(
                 {
                     "sentence_id": short_id([cot["cot_id"], str(i), sentence]),

@@ -38,10 +38,17 @@ class BuilderSpec:
             "chain_question": self.chain_question,
         }
 
-    def extraction_examples(self) -> str:
-        """The few-shot block of the extraction prompt."""
+    def extraction_examples(self, sentence: str = "") -> str:
+        """The few-shot block of the extraction prompt for ``sentence``, in an order whose last answer
+        is not one to copy: the examples without triplets first, then the others; an example whose
+        sentence is ``sentence`` itself is left out (its answer would be the answer)."""
+        same = " ".join(sentence.split()).casefold()
+        examples = [
+            ex for ex in self.extraction["examples"] if " ".join(ex["sentence"].split()).casefold() != same
+        ]
+        examples.sort(key=lambda ex: bool(ex["triplets"]))  # stable: the spec's order otherwise
         shots = []
-        for ex in self.extraction["examples"]:
+        for ex in examples:
             payload = json.dumps({"triplets": ex["triplets"]}, ensure_ascii=False)
             shots.append(self.extraction["example"].format(sentence=ex["sentence"], json=payload))
         return "\n\n".join(shots) + "\n"
