@@ -24,7 +24,7 @@ from knowgic.dataset.io import atomic_write_text, canonical_json, parse_json, re
 from knowgic.errors import KnowgicError
 
 MANIFEST = "manifest.json"
-STAGE_FORMAT = 2
+STAGE_FORMAT = 3
 """Part of every stage key: raised when a change of the builder changes what a stage computes."""
 
 
