@@ -23,7 +23,12 @@ COT = "Question: Who is a sibling of Charlotte Clinton Mezvinsky?\nAnswer: Aidan
 
 
 def _cot(output: str) -> dict:
-    return {"cot_id": "c", "prompt": COT + "Aidan Clinton Mezvinsky", "output": output}
+    return {
+        "cot_id": "c",
+        "subject": "Aidan Clinton Mezvinsky",
+        "prompt": COT + "Aidan Clinton Mezvinsky",
+        "output": output,
+    }
 
 
 def test_the_subject_is_put_back_with_a_space() -> None:
@@ -43,7 +48,8 @@ def test_the_subject_is_put_back_on_knowgic_tiny_output(knowgic_tiny) -> None:
     )
     output = Generator(knowgic_tiny).generate([prompt], 24)[0]
     assert output[:1].isalpha()  # the model's first word comes without its space
-    first = segment([{"cot_id": "c", "prompt": prompt, "output": output}], lead_from_prompt=True)[0]
+    cot = {"cot_id": "c", "subject": "Aidan Clinton Mezvinsky", "prompt": prompt, "output": output}
+    first = segment([cot], lead_from_prompt=True)[0]
     assert first["text"].startswith("Aidan Clinton Mezvinsky " + output.split()[0])
 
 

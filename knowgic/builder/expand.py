@@ -40,7 +40,13 @@ def expand(
         for fact, prompt, output in zip(todo[start:], prompts[start:], outputs, strict=False):
             journal.add(
                 fact["fact_id"],
-                {"cot_id": fact["fact_id"], "fact_id": fact["fact_id"], "prompt": prompt, "output": output},
+                {
+                    "cot_id": fact["fact_id"],
+                    "fact_id": fact["fact_id"],
+                    "subject": fact["subject"],
+                    "prompt": prompt,
+                    "output": output,
+                },
             )
         bar.update(len(outputs))
 

@@ -309,7 +309,7 @@ class Build:
             )
 
         cots = self.stage("expand" + suffix, cot_cfg, before, do_expand)
-        lead = not self.models_is_chat() and self.spec.cot["base"].rstrip().endswith("\n{subject}")
+        lead = not self.models_is_chat() and self.spec.cot["base"].rstrip().endswith("{subject}")
         sentences = self.stage(
             "segment" + suffix,
             {"segmenter": "pysbd/en", "repeats": "dropped", "lead_from_prompt": lead},

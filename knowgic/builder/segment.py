@@ -37,10 +37,10 @@ def with_lead(lead: str, output: str) -> str:
 
 def segment(cots: Sequence[dict[str, Any]], lead_from_prompt: bool = False) -> list[dict[str, Any]]:
     """``lead_from_prompt``: the prompt ends with the start of the model's first sentence (the base
-    template's last line is the subject), so that line is put back in front of the output."""
+    template ends with the subject), so the subject is put back in front of the output."""
     rows = []
     for cot in cots:
-        lead = cot["prompt"].rsplit("\n", 1)[-1] if lead_from_prompt else ""
+        lead = cot["subject"] if lead_from_prompt else ""
         # a small model often repeats itself: a sentence said again adds nothing to extract
         for i, sentence in enumerate(dict.fromkeys(segment_text(with_lead(lead, cot["output"])))):
             rows.append(
