@@ -58,9 +58,16 @@ def test_results_document(identity_run) -> None:
     assert len(config["hparams_sha256"]) == 64
     assert doc["environment"]["packages"]["torch"]
     assert len(doc["chains"]) == 1406
-    assert {"case_id", "edit_id", "length", "active", "r_pre", "r_post", "known_post"} == set(
-        doc["chains"][0]
-    )
+    assert {
+        "case_id",
+        "edit_id",
+        "length",
+        "active",
+        "r_pre",
+        "r_post",
+        "known_post",
+        "restates_edit",
+    } == set(doc["chains"][0])
     assert doc["schema_version"] == "1.3" and doc["uncertainty"]["resamples"] == 2000
     assert doc["environment"]["bitwise_reproducible"] is True  # a CPU run
     # Unedited, every active chain is still known step by step: all are still recoverable.
