@@ -646,7 +646,8 @@ class Board:
 
 
 RANK_TITLE = (
-    "1 + the number of runs of this model, protocol, mode and dataset that are significantly better on the "
+    "1 + the number of runs of this model, protocol and known rule, mode and dataset that are significantly "
+    "better on the "
     "deep-editing score (paired tests, Holm at 5%); runs that cannot be told apart share a rank"
 )
 

@@ -3,7 +3,9 @@
     python -m knowgic.evaluation.known_rates --model knowgic-tiny [--version 1.1.0] [--examples 5]
 
 Every fact of the dataset version is scored as the evaluation scores it (the answer and its aliases,
-``n_gold`` from the version) under each known rule (:mod:`knowgic.scoring.known`). The reference is the
+``n_gold`` from the version) under each known rule (:mod:`knowgic.scoring.known`), and under a rule that
+is not the protocol's, measured beside them: the full answer's probability ranks in the top ``n_gold``
+among the relation's candidate objects (every answer the version lists for the prompt). The reference is the
 model's greedy answer to the cloze prompt (up to ``--max-new-tokens`` tokens, cut at the first newline),
 and, as a second reference, its greedy answer to the fact's question (the ``greedy`` protocol). A fact is
 *falsely known* under a rule when the rule says known but the reference answer does not contain the gold
@@ -63,6 +65,34 @@ def cloze_answers(loaded: Any, queries: Sequence[Query], max_new_tokens: int, ba
     return [answer_text(loaded.tokenizer, t) for t in tokens]
 
 
+def answer_rank_known(loaded: Any, queries: Sequence[Query], batch_size: int) -> np.ndarray:
+    """The rule measured beside the protocol's: the full answer's probability (max over its aliases) ranks
+    in the top ``n_gold`` among the relation's candidate objects, every answer the version lists for the
+    prompt (each with its own aliases)."""
+    candidates: dict[str, dict[str, tuple[str, ...]]] = {}
+    for q in queries:
+        candidates.setdefault(q.prompt, {})[q.answers[0]] = q.answers
+    rows: list[Query] = []
+    owner: list[int] = []
+    for qi, q in enumerate(queries):
+        for answers in candidates[q.prompt].values():
+            rows.append(Query(q.prompt, q.subject, answers))
+            owner.append(qi)
+    p = (
+        LogprobScorer(batch_size=batch_size, known_rule="first_token")
+        .score(loaded.model, loaded.tokenizer, rows)
+        .p
+    )
+    gold = (
+        LogprobScorer(batch_size=batch_size, known_rule="first_token")
+        .score(loaded.model, loaded.tokenizer, queries)
+        .p
+    )
+    above = np.zeros(len(queries), dtype=np.int64)
+    np.add.at(above, np.asarray(owner), p > gold[np.asarray(owner)])
+    return above < np.array([q.n_gold for q in queries])
+
+
 def _row(name: str, known: np.ndarray, right: np.ndarray, subset: np.ndarray) -> str:
     k = known & subset
     false = k & ~right
@@ -102,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         .known
         for rule in KNOWN_RULES
     }
+    known["answer_rank (not a protocol rule)"] = answer_rank_known(loaded, queries, args.batch_size)
     seconds = time.perf_counter() - start
 
     print(f"model {args.model}, KnowGIC {version}, {len(queries)} facts ({int(one.sum())} with n_gold = 1)")
@@ -114,10 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print("| rule | facts | known | falsely known | falsely known / known |")
         print("| --- | --- | --- | --- | --- |")
-        for rule in KNOWN_RULES:
+        for rule in known:
             print(_row(f"{rule}, n_gold = 1", known[rule], right, one))
             print(_row(f"{rule}, n_gold > 1", known[rule], right, ~one))
-    for rule in KNOWN_RULES:
+    for rule in known:
         false = np.flatnonzero(known[rule] & ~cloze_right & one)[: args.examples]
         if len(false):
             print(f"\n{rule}: falsely known (n_gold = 1), the greedy cloze continuation:")
