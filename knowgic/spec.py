@@ -82,6 +82,7 @@ class ProtocolSpec:
     known_threshold: float | None
     deterministic: bool
     description: str = ""
+    version: int = 1  # bumped when the protocol's scores or its known rule change
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,7 @@ def read_spec(path: Path | None = None) -> BenchmarkSpec:
             known_threshold=None if entry.get("known_threshold") is None else float(entry["known_threshold"]),
             deterministic=entry["deterministic"],
             description=" ".join(str(entry["description"]).split()),
+            version=int(entry.get("version", 1)),
         )
         for name, entry in data["protocols"].items()
     }

@@ -75,7 +75,8 @@ def about_markdown(columns: Columns | None = None) -> str:
         "its interval covers less than it says. Each results file records every metric's method and edits.",
         "## Ranks",
         "Rank = 1 + the number of runs that are *significantly* better on the deep-editing score, among "
-        "the runs of the same model, protocol, mode and dataset version (as Chatbot Arena ranks models). "
+        "the runs of the same model, protocol (with its known rule), mode and dataset version (as Chatbot "
+        "Arena ranks models). "
         "Runs over the same edits are compared pair by pair with the paired test of the score's kind "
         f"({PAIRED_TEST_BY_KIND[columns.rank.metric.kind]}, as `knowgic compare` does), the family "
         f"of all those tests controlled by Holm's method at {100 - DEFAULT_LEVEL * 100:g}%. Runs over "

@@ -2,7 +2,7 @@
 
 ::
 
-    runs of one track (model, protocol, mode, dataset version)
+    runs of one track (model, protocol and its known rule, mode, dataset version)
         │  group by what makes two runs comparable edit by edit (knowgic.measure.compare.comparability_problem)
         ▼
     per group: paired_resamples, then knowgic.measure.compare.ranks_by_significance

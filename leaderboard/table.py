@@ -200,10 +200,14 @@ class Row:
     private_check: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     entry: StoreEntry | None = field(default=None, compare=False, repr=False)
 
+    # The logprob protocol's known rule (which chains are active): runs under different rules never share
+    # a rank, not even across comparison groups.
+    known_rule: str = ""
+
     @property
-    def track(self) -> tuple[str, str, str, str]:
-        """What a rank is among: runs of one model, protocol, mode and dataset version."""
-        return (self.model, self.protocol, self.mode, self.dataset)
+    def track(self) -> tuple[str, str, str, str, str]:
+        """What a rank is among: runs of one model, protocol and known rule, mode and dataset version."""
+        return (self.model, self.protocol, self.known_rule, self.mode, self.dataset)
 
     @property
     def private_flagged(self) -> bool:
@@ -234,6 +238,16 @@ def _entry_at(metrics: Mapping[str, Any], path: str) -> Mapping[str, Any] | None
     if part:
         entry = entry.get(part) if isinstance(entry, Mapping) else None
     return entry if isinstance(entry, Mapping) else None
+
+
+def known_rule_of(config: Mapping[str, Any]) -> str:
+    """The known rule a run used: its ``protocol_params.known_rule``; a ``logprob`` run from before the rule
+    was a parameter used ``first_token``; other protocols have none ("")."""
+    params = config.get("protocol_params")
+    rule = params.get("known_rule") if isinstance(params, Mapping) else None
+    if rule is None and config.get("protocol") == "logprob":
+        return "first_token"
+    return "" if rule is None else str(rule)
 
 
 def row_from_entry(entry: StoreEntry, columns: Columns) -> Row:
@@ -269,6 +283,7 @@ def row_from_entry(entry: StoreEntry, columns: Columns) -> Row:
         model=short(config["model"]),
         editor=short(editor),
         protocol=str(config["protocol"]),
+        known_rule=known_rule_of(config),
         mode=str(config["mode"]),
         dataset=str(summary["dataset"]["version"]),
         metrics=cells,
@@ -631,7 +646,8 @@ class Board:
 
 
 RANK_TITLE = (
-    "1 + the number of runs of this model, protocol, mode and dataset that are significantly better on the "
+    "1 + the number of runs of this model, protocol and known rule, mode and dataset that are significantly "
+    "better on the "
     "deep-editing score (paired tests, Holm at 5%); runs that cannot be told apart share a rank"
 )
 

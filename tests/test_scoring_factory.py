@@ -20,7 +20,12 @@ def test_make_scorer_defaults_and_overrides():
     assert set(SCORERS) == {"logprob", "generate", "greedy"}
     logprob = make_scorer("logprob")
     assert isinstance(logprob, LogprobScorer) and logprob.protocol == "logprob"
-    assert logprob.params == {"batch_size": 64, "answer_leading_space": "auto"}
+    assert logprob.params == {
+        "batch_size": 64,
+        "answer_leading_space": "auto",
+        "known_rule": "greedy_contains",
+        "known_extra_tokens": 4,
+    }
     generate = make_scorer("generate", k=3, chat=False)
     assert isinstance(generate, GenerateScorer)
     assert generate.params["k"] == 3 and generate.params["seed"] == 0 and generate.params["chat"] is False

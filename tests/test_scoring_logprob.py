@@ -1,4 +1,5 @@
-"""The logprob protocol: batching invariance, exact probabilities, top-m knowledge, in-context tokenization."""
+"""The logprob protocol: batching invariance, exact probabilities, the first-token rule, in-context tokenization
+(the default known rule: tests/test_known_rule.py)."""
 
 from __future__ import annotations
 
@@ -89,9 +90,10 @@ def test_p_is_max_over_aliases(random_gpt2):
     ]
     both = LogprobScorer().score(model, tok, [Query("The capital of {} is", "France", answers)]).p[0]
     assert both == pytest.approx(max(each), rel=1e-6)
-    # known looks only at the gold answer (answers[0]), not at the best alias
-    gold_first = LogprobScorer().score(model, tok, [Query("The capital of {} is", "France", answers)])
-    gold_only = LogprobScorer().score(model, tok, [Query("The capital of {} is", "France", answers[:1])])
+    # first_token looks only at the gold answer's first token (answers[0]), not at the best alias
+    old = LogprobScorer(known_rule="first_token")
+    gold_first = old.score(model, tok, [Query("The capital of {} is", "France", answers)])
+    gold_only = old.score(model, tok, [Query("The capital of {} is", "France", answers[:1])])
     assert gold_first.known[0] == gold_only.known[0]
 
 
@@ -108,12 +110,13 @@ def _ranked_word_tokens(model, tok, context: str) -> list[tuple[int, str]]:
     return found
 
 
-def test_known_is_top_m_of_first_gold_token(random_gpt2):
+def test_first_token_rule_is_top_m_of_first_gold_token(random_gpt2):
+    """The old rule (``known_rule: first_token``), kept to reproduce results made under it."""
     model, tok = random_gpt2
     context = "The capital of France is"
     ranked = _ranked_word_tokens(model, tok, context)
     rank, word = next((r, w) for r, w in ranked if r >= 2)  # a word that is not the top token
-    scorer = LogprobScorer()
+    scorer = LogprobScorer(known_rule="first_token")
 
     def known(n_gold: int, answers=(word,)) -> bool:
         return bool(

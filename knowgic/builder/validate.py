@@ -4,7 +4,12 @@
 
 The query is made as the evaluation makes it (:class:`~knowgic.scoring.base.Query`): the answer and its
 aliases, the fact's question, and ``n_gold`` = the distinct answers the graph lists for (subject, prompt),
-so under ``logprob`` a fact is known when its answer's first token ranks in the model's top ``n_gold``.
+and the scorer's known rule decides (:mod:`knowgic.scoring.known`). Under ``logprob`` with the default
+``known_rule: greedy_contains`` a fact is kept when the model's greedy continuation of the prompt (for a
+one-to-many fact, the continuation after one of its top ``n_gold`` first tokens) contains the answer or an
+alias as whole words, so a fact the model answers with another entity is dropped even where that entity
+shares the answer's first token ("Professor McGonagall" for "Professor Sprout"). A scorer built with
+``known_rule: first_token`` keeps the old test, the answer's first token in the model's top ``n_gold``.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ class Query:
 
     ``question`` is the natural-language form used by the ``generate`` and ``greedy`` protocols.
     ``n_gold`` is the number of distinct gold answers the dataset lists for this (subject, prompt): the
-    ``logprob`` protocol counts a query as known when the answer's first token is among the top ``n_gold``
-    next tokens (one-to-many relations split probability among their answers).
+    ``logprob`` protocol's known rule looks at the top ``n_gold`` first tokens after the prompt (one-to-many
+    relations split probability among their answers; :mod:`knowgic.scoring.known`).
     """
 
     prompt: str

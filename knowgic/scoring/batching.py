@@ -51,6 +51,20 @@ def pad_token_id(tokenizer: Any) -> int:
     return 0
 
 
+def eos_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:
+    """Tokens that end an answer: the tokenizer's EOS and the model's generation EOS list (chat turn ends)."""
+    ids: set[int] = set()
+    candidates: list[Any] = [getattr(tokenizer, "eos_token_id", None)]
+    gen_config = getattr(model, "generation_config", None)
+    candidates.append(getattr(gen_config, "eos_token_id", None))
+    for c in candidates:
+        if isinstance(c, int):
+            ids.add(c)
+        elif isinstance(c, list | tuple):
+            ids.update(int(x) for x in c if isinstance(x, int))
+    return ids
+
+
 @dataclass(frozen=True)
 class Batch:
     input_ids: torch.Tensor  # (B, L), left-padded

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from knowgic.errors import KnowgicError
 from knowgic.scoring.base import Query, Scores
 from knowgic.scoring.batching import (
+    eos_ids,
     eval_mode,
     forward_support,
     input_device,
@@ -63,20 +64,6 @@ def _check_template(protocol: str, template: Any) -> str:
     if "\x00" not in filled:
         raise KnowgicError(f"{protocol}: base_template {template!r} must contain {{question}}")
     return template
-
-
-def eos_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:
-    """Tokens that end an answer: the tokenizer's EOS and the model's generation EOS list (chat turn ends)."""
-    ids: set[int] = set()
-    candidates: list[Any] = [getattr(tokenizer, "eos_token_id", None)]
-    gen_config = getattr(model, "generation_config", None)
-    candidates.append(getattr(gen_config, "eos_token_id", None))
-    for c in candidates:
-        if isinstance(c, int):
-            ids.add(c)
-        elif isinstance(c, list | tuple):
-            ids.update(int(x) for x in c if isinstance(x, int))
-    return ids
 
 
 class _DecodingScorer:

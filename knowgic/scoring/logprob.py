@@ -5,9 +5,11 @@ a^(1..) (its aliases), each tokenized in context as y_1..y_T,
 
     p = max_a  prod_{t=1..T} P(y_t | prefix, x, y_<t)
 
-computed in float32 log space and returned as float64. The query is *known* when the first token of
-a^(0) ranks among the top-m next tokens after the prompt, m = ``query.n_gold`` (one-to-many relations
-split probability among their gold answers); ties count in the query's favour.
+computed in float32 log space and returned as float64. Whether the query is *known* is decided by the
+protocol's ``known_rule`` (:mod:`knowgic.scoring.known`): by default (``greedy_contains``) when the greedy
+continuation of the prompt, or for a one-to-many relation with m = ``query.n_gold`` gold answers one of the
+continuations after its top-m first tokens, contains the answer or an alias as whole words; under the old
+``first_token`` rule when the first token of a^(0) ranks among the top-m next tokens.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from knowgic.scoring.batching import (
     length_sorted_batches,
     pad_token_id,
 )
+from knowgic.scoring.known import check_known_rule, greedy_contains_known
 from knowgic.scoring.tokenize import LEADING_SPACE_MODES, SplitCache
 
 
@@ -115,15 +118,24 @@ def non_finite_logits(model: torch.nn.Module, where: str) -> NonFiniteLogits:
 class LogprobScorer:
     """Batched teacher-forced scoring of (prompt, answer) pairs; see the module docstring.
 
-    ``batch_size`` counts (query, answer) rows per forward pass. ``answer_leading_space`` is ``auto`` (a
-    space before the answer unless the prompt ends in whitespace), ``always`` or ``never``. Tokenization
-    is cached per (prefix + text, answer) across calls. ``progress`` shows a progress bar (results do not
+    ``batch_size`` counts (query, answer) rows per forward pass (and continuations per decoding batch).
+    ``answer_leading_space`` is ``auto`` (a space before the answer unless the prompt ends in whitespace),
+    ``always`` or ``never``. ``known_rule`` (``greedy_contains`` or ``first_token``) and
+    ``known_extra_tokens`` decide when a query is known (:mod:`knowgic.scoring.known`). Tokenization is
+    cached per (prefix + text, answer) across calls. ``progress`` shows a progress bar (results do not
     depend on it).
     """
 
     protocol = "logprob"
 
-    def __init__(self, batch_size: int = 64, answer_leading_space: str = "auto", progress: bool = False):
+    def __init__(
+        self,
+        batch_size: int = 64,
+        answer_leading_space: str = "auto",
+        known_rule: str = "greedy_contains",
+        known_extra_tokens: int = 4,
+        progress: bool = False,
+    ):
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise KnowgicError(f"logprob: batch_size must be a positive integer, got {batch_size!r}")
         if answer_leading_space not in LEADING_SPACE_MODES:
@@ -133,12 +145,20 @@ class LogprobScorer:
             )
         self.batch_size = batch_size
         self.answer_leading_space = answer_leading_space
+        self.known_rule, self.known_extra_tokens = check_known_rule(known_rule, known_extra_tokens)
         self.progress = progress
         self._splits = SplitCache(answer_leading_space)
 
     @property
     def params(self) -> dict[str, Any]:
-        return {"batch_size": self.batch_size, "answer_leading_space": self.answer_leading_space}
+        params: dict[str, Any] = {
+            "batch_size": self.batch_size,
+            "answer_leading_space": self.answer_leading_space,
+            "known_rule": self.known_rule,
+        }
+        if self.known_rule == "greedy_contains":
+            params["known_extra_tokens"] = self.known_extra_tokens
+        return params
 
     def score(
         self,
@@ -164,7 +184,7 @@ class LogprobScorer:
                         f"{limit} positions"
                     )
         n_gold = np.asarray([queries[qi].n_gold for qi in rows.query_index], dtype=np.int64)
-        logp, first_known = self._score_rows(model, tokenizer, splits, n_gold)
+        logp, first_known, first_top = self._score_rows(model, tokenizer, splits, n_gold)
         bad = np.flatnonzero(np.isnan(logp) | (logp > 0))
         if len(bad):
             qi = int(rows.query_index[bad[0]])
@@ -174,19 +194,35 @@ class LogprobScorer:
         p = np.zeros(len(queries), dtype=np.float64)
         np.maximum.at(p, rows.query_index, np.exp(logp))
         known = np.zeros(len(queries), dtype=bool)
-        known[rows.query_index[rows.is_gold]] = first_known[rows.is_gold]
+        gold_rows = np.flatnonzero(rows.is_gold)
+        if self.known_rule == "first_token":
+            known[rows.query_index[gold_rows]] = first_known[gold_rows]
+        else:
+            longest = np.zeros(len(queries), dtype=np.int64)
+            np.maximum.at(longest, rows.query_index, [len(s.answer) for s in splits])
+            known[rows.query_index[gold_rows]] = greedy_contains_known(
+                model,
+                tokenizer,
+                [splits[r].context for r in gold_rows],
+                [first_top[r, : n_gold[r]].tolist() for r in gold_rows],
+                [int(longest[rows.query_index[r]]) + self.known_extra_tokens for r in gold_rows],
+                [queries[rows.query_index[r]].answers for r in gold_rows],
+                self.batch_size,
+            )
         return Scores(np.clip(p, 0.0, 1.0), known)
 
     def _score_rows(
         self, model: torch.nn.Module, tokenizer: Any, splits: Sequence[Any], n_gold: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Per row: log P(answer | context) (float64) and whether the answer's first token is top-m."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row: log P(answer | context) (float64), whether the answer's first token is top-m, and the
+        top-m first tokens (m = the row's ``n_gold``; -1 beyond it)."""
         device = input_device(model)
         support = forward_support(model)
         pad = pad_token_id(tokenizer)
         lengths = [len(s.context) + len(s.answer) for s in splits]
         logp = np.empty(len(splits), dtype=np.float64)
         known = np.zeros(len(splits), dtype=bool)
+        top = np.full((len(splits), int(n_gold.max(initial=1))), -1, dtype=np.int64)
         batches = length_sorted_batches(lengths, self.batch_size)
         with torch.inference_mode(), eval_mode(model):
             for idx in tqdm(batches, desc="logprob", unit="batch", disable=not self.progress, leave=False):
@@ -217,4 +253,6 @@ class LogprobScorer:
                 gold_logit = token_logit[rng, first]
                 rank = (first_logits > gold_logit.unsqueeze(-1)).sum(-1).cpu().numpy()
                 known[idx] = rank < n_gold[idx]
-        return logp, known
+                m = int(n_gold[idx].max())
+                top[idx, :m] = first_logits.topk(m, dim=-1).indices.cpu().numpy()
+        return logp, known, top
