@@ -1,9 +1,11 @@
 """Segmentation and triplet extraction of ``knowgic build``: the subject put back with its space, a
-few-shot prompt whose answers cannot be copied as the answer, copies dropped, and the spaCy rules."""
+few-shot prompt whose answers cannot be copied as the answer, copies dropped, the spaCy rules and the
+template rules."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,13 +14,16 @@ import pytest
 
 from knowgic.builder.extract import clean_triplets, example_triplets, extract, extraction_prompt
 from knowgic.builder.generation import Generator
+from knowgic.builder.pipeline import BuildConfig, run_build
 from knowgic.builder.segment import segment, with_lead
 from knowgic.builder.spacy_rules import require_spacy, sentence_triplets
 from knowgic.builder.spec import load_builder_spec
-from knowgic.builder.store import Journal
+from knowgic.builder.store import BuildStore, Journal, stage_key
+from knowgic.builder.template_rules import TemplateReader, extract_templates, nested_phrase, templates_config
 from knowgic.errors import KnowgicError
 
 SPEC = load_builder_spec()
+HUB = Path(__file__).resolve().parent.parent / "knowgic" / "dataset" / "hub" / "1.1.0"
 COT = "Question: Who is a sibling of Charlotte Clinton Mezvinsky?\nAnswer: Aidan Clinton Mezvinsky.\n"
 
 
@@ -174,3 +179,68 @@ def test_spacy_extractor_on_real_sentences() -> None:
     rows = extract_spacy(sentences, SPEC)
     assert {"subject": "Harry Potter", "relation": "studied at", "object": "Hogwarts"} in rows[0]["triplets"]
     assert rows == extract_spacy(sentences, SPEC)  # deterministic
+
+
+# --- the template rules ---------------------------------------------------------------------------
+
+PROMPTS_110 = sorted(
+    {json.loads(line)["prompt"] for line in (HUB / "data" / "facts-test.jsonl").read_text().splitlines()}
+)
+
+
+def test_template_rules_read_a_sentence_in_a_templates_phrasing() -> None:
+    reader = TemplateReader(PROMPTS_110, int(SPEC.defaults["max_entity_chars"]))
+    read = reader.read
+    assert read("Aidan Clinton Mezvinsky is a sibling of Charlotte Clinton Mezvinsky.") == (
+        "Aidan Clinton Mezvinsky", "{} is a sibling of", "Charlotte Clinton Mezvinsky"
+    )  # fmt: skip
+    assert read("Harry Potter's schoolmate is Ron Weasley!") == (
+        "Harry Potter",
+        "{}'s schoolmate is",
+        "Ron Weasley",
+    )
+    # the longest template that fits wins
+    assert (
+        read("Mark Teixeira is associated with the sport of baseball.")[1]
+        == "{} is associated with the sport of"
+    )
+    # an object that describes a node through another relation is no name
+    assert read("Aidan Clinton Mezvinsky is a sibling of the CEO of Madameron Dward.") is None
+    assert (
+        read("Charlotte Clinton Mezvinsky is a sibling of the child of the child of Chelsea Clinton.") is None
+    )
+    # a clause or a question marker inside a name, a question, no object, no template, a self-loop
+    for text in ["Kern County is sebreix worked in Texas.", "Q: Who is the grandchild of Elvis Presley",
+                 "Who is a sibling of Aidan Clinton Mezvinsky?", "Aidan Clinton Mezvinsky is a sibling of.",
+                 "Professor Snape.", "Hufflepuff belongs to Hufflepuff."]:  # fmt: skip
+        assert read(text) is None, text
+    assert nested_phrase("{} was the CEO of") == "the ceo of" and nested_phrase("{} animated") is None
+
+
+def test_template_extractor_on_knowgic_tiny_chain_of_thought(tmp_path: Path) -> None:
+    """A build on knowgic-tiny stopped after extraction: every triplet restates its sentence as the
+    template filled with the subject, then the object; the stage key names the extractor."""
+    cfg = BuildConfig(model="knowgic-tiny", build_dir=tmp_path / "b", source="1.1.0", max_seeds=16,
+                      extractor="templates", stop_after="extract", progress=False)  # fmt: skip
+    run_build(cfg)
+    stages = tmp_path / "b" / "stages"
+    sentences = {s["sentence_id"]: s["text"] for s in json.loads((stages / "segment.json").read_text())}
+    rows = json.loads((stages / "extract.json").read_text())
+    triplets = [(t, sentences[r["sentence_id"]]) for r in rows for t in r["triplets"]]
+    assert {(t["subject"], t["template"], t["object"]) for t, _ in triplets} >= {
+        ("Charlotte Clinton Mezvinsky", "{} is a member of", "The Buckaroos"),
+        ("Cedric Diggory", "{} belongs to", "Hufflepuff"),
+    }
+    for t, text in triplets:
+        assert f"{t['template'].replace('{}', t['subject'])} {t['object']}" == text.rstrip(".")
+    unread = [sentences[r["sentence_id"]] for r in rows if not r["triplets"]]
+    assert "Ron Weasley was taught Herbo." in unread  # no template: "was taught Herbology by" has a "by"
+    seeds = json.loads((stages / "seeds.json").read_text())
+    prompts = [t["prompt"] for t in seeds["templates"].values()]
+    texts = [{"sentence_id": k, "text": v} for k, v in sentences.items()]
+    assert rows == extract_templates(texts, prompts, SPEC)  # deterministic
+    # the stage key names the extractor: no other extractor's output is ever reused
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    inputs = {"segment": BuildStore(tmp_path / "b").digest("segment")}
+    assert manifest["extract"]["key"] == stage_key("extract", templates_config(prompts, SPEC), inputs)
+    assert templates_config(prompts, SPEC)["extractor"] == "templates"

@@ -65,9 +65,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--no-expand", dest="expand", action="store_false", help="skip the chain-of-thought growth"
     )
     p.add_argument(
+        "--rounds",
+        type=positive_int,
+        metavar="N",
+        help="growth rounds: the facts accepted in round k are expanded in round k+1 (default: spec)",
+    )
+    p.add_argument(
         "--extractor",
-        help="a separate model for triplet extraction, or 'spacy' for deterministic dependency rules "
-        "(spaCy and its en_core_web_sm pipeline; default: --model)",
+        help="a separate model for triplet extraction, 'spacy' for deterministic dependency rules "
+        "(spaCy and its en_core_web_sm pipeline), or 'templates' for sentences read as the build's "
+        "relation templates (no model; default: --model)",
     )
     p.add_argument("--judge", metavar="MODEL", help="an LLM judge decides the review instead of a person")
     p.add_argument(
@@ -118,6 +125,7 @@ def run_build_command(args: argparse.Namespace) -> int:
         edits=args.edits,
         scope=args.scope,
         expand=args.expand,
+        rounds=args.rounds,
         extractor=args.extractor,
         judge=args.judge,
         protocol=args.protocol,

@@ -11,7 +11,9 @@ merge only through the alias table (the dataset's ``aliases.json``, the build's 
 up to case. A name merges into a node when one node scores at least the cutoff and no other node ties
 with it; otherwise it becomes a new node. Relation phrases drop the articles a, an, the before the
 comparison ("is father of" is "{} is the father of"). A relation phrase without a template above its
-cutoff gets a proposed template (spec ``new_relation``), reviewed with the triplets that use it.
+cutoff gets a proposed template (spec ``new_relation``), reviewed with the triplets that use it. A
+triplet that names its template (``template``: the prompt, as ``--extractor templates`` gives) takes it as
+is.
 """
 
 from __future__ import annotations
@@ -150,6 +152,7 @@ def match(
     known = {f["fact_id"] for f in seed_facts}
     by_fact = {f["fact_id"]: f for f in seed_facts}
     all_templates = dict(templates)
+    by_prompt = {t.prompt: t for t in templates.values()}
     proposed: dict[str, Template] = {}
     candidates: dict[str, dict[str, Any]] = {}
     counts = {"triplets": 0, "already_in_seeds": 0, "new_templates": 0}
@@ -162,7 +165,12 @@ def match(
             answer, o_score = entities.match(t["object"])
             if subject == answer:
                 continue
-            template, r_score = map_relation(t["relation"], all_templates, float(d["relation_match_cutoff"]))
+            # a rule extractor that read the sentence as a template names it (--extractor templates)
+            template, r_score = by_prompt.get(t.get("template", "")), 100.0
+            if template is None:
+                template, r_score = map_relation(
+                    t["relation"], all_templates, float(d["relation_match_cutoff"])
+                )
             if template is None:
                 template = propose_template(spec, t["relation"])
                 if template.relation not in proposed:

@@ -33,6 +33,7 @@ from knowgic.builder.seeds import (
 )
 from knowgic.builder.spec import BuilderSpec, load_builder_spec
 from knowgic.builder.store import BuildStore, stage_key
+from knowgic.builder.template_rules import TEMPLATES  # --extractor templates
 from knowgic.dataset.derive import fact_id
 from knowgic.dataset.io import file_sha256, sha256_text
 from knowgic.errors import KnowgicError
@@ -63,6 +64,7 @@ class BuildConfig:
     edits: str = "published"
     scope: str | None = None  # default: graph for published edits, global for drawn ones
     expand: bool = True
+    rounds: int | None = None  # growth rounds (default: the spec's defaults.rounds)
     extractor: str | None = None
     judge: str | None = None
     protocol: str | None = None
@@ -141,6 +143,7 @@ class Build:
             cfg.max_chains_per_edit if cfg.max_chains_per_edit is not None else int(d["max_chains_per_edit"])
         )
         self.max_steps = cfg.max_steps or int(d["max_chain_steps"])
+        self.rounds = cfg.rounds if cfg.rounds is not None else int(d["rounds"])
         self.seed = cfg.seed if cfg.seed is not None else int(d["seed"])
         self.batch_size = cfg.batch_size or int(d["batch_size"])
         self.store = BuildStore(cfg.build_dir)
@@ -272,6 +275,7 @@ class Build:
         frontier: list[dict[str, Any]],
         known: list[dict[str, Any]],
         round_no: int = 1,
+        accepted_templates: list[dict[str, str]] | None = None,
     ) -> dict[str, Any]:
         """One round of stages 3 and 4 (chain of thought, segmentation, extraction, matching, triplet
         validation) over the ``frontier`` facts, matched against every ``known`` fact so far. Round 1's
@@ -323,14 +327,28 @@ class Build:
             "schema": self.spec.extraction_schema(),
             "max_new_tokens": d["extract_max_new_tokens"],
         }
+        templates = {k: Template(**v) for k, v in seeds["templates"].items()}
+        for t in accepted_templates or []:  # proposed templates a reviewer accepted in an earlier round
+            templates.setdefault(
+                t["relation"], Template(t["relation"], t["prompt"], t["question"], "proposed")
+            )
+        prompts = [t.prompt for t in templates.values()]
         if extractor == SPACY:
             from knowgic.builder.spacy_rules import extract_spacy, spacy_config
 
             ex_cfg = {"extractor": SPACY, **spacy_config(self.spec)}
+        elif extractor == TEMPLATES:
+            from knowgic.builder.template_rules import templates_config
+
+            ex_cfg = templates_config(prompts, self.spec)
 
         def do_extract(key: str) -> list[dict[str, Any]]:
             if extractor == SPACY:
                 return extract_spacy(sentences, self.spec)
+            if extractor == TEMPLATES:
+                from knowgic.builder.template_rules import extract_templates
+
+                return extract_templates(sentences, prompts, self.spec)
             journal = self.store.journal("extract" + suffix, key)
             return extract(
                 sentences,
@@ -342,13 +360,14 @@ class Build:
             )
 
         extractions = self.stage("extract" + suffix, ex_cfg, ["segment" + suffix], do_extract)
-        templates = {k: Template(**v) for k, v in seeds["templates"].items()}
         match_cfg = {
             "entity_match_cutoff": d["entity_match_cutoff"],
             "relation_match_cutoff": d["relation_match_cutoff"],
             "new_relation": self.spec.new_relation,
             **facts_cfg,
         }
+        if accepted_templates:
+            match_cfg["accepted_templates"] = sorted(t["prompt"] for t in accepted_templates)
 
         def do_match(_key: str) -> dict[str, Any]:
             return match(
@@ -384,7 +403,7 @@ class Build:
         in round k+1, until ``rounds`` rounds, ``max_facts`` facts or a round that finds nothing new.
         Returns (every round's candidates together, the review rows, the graph's facts)."""
         d = self.spec.defaults
-        rounds, max_facts = int(d["rounds"]), int(d["max_facts"])
+        rounds, max_facts = self.rounds, int(d["max_facts"])
         facts = self.graph_facts(validated, None, [])
         rows = rv.read_review(self.cfg.build_dir / rv.REVIEW_FILE)
         if not self.cfg.expand or rounds < 1:
@@ -395,7 +414,8 @@ class Build:
             if not frontier or (max_facts and len(facts) >= max_facts):
                 break
             expanded = len(frontier)
-            this = self.grow(seeds, frontier, facts, round_no)
+            accepted = [{"relation": r, **t} for r, t in sorted(rv.accepted(rows)[1].items())]
+            this = self.grow(seeds, frontier, facts, round_no, accepted if round_no > 1 else None)
             seen = {c["fact_id"] for c in grown["candidates"]}
             grown["candidates"] += [c for c in this["candidates"] if c["fact_id"] not in seen]
             relations = {t["relation"] for t in grown["proposed_templates"]}
@@ -741,6 +761,7 @@ class Build:
             "expand": cfg.expand,
             "settings": {
                 **self.spec.defaults,
+                "rounds": self.rounds,
                 "max_chains_per_edit": self.cap,
                 "max_chain_steps": self.max_steps,
                 "seed": self.seed,
