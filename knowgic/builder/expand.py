@@ -23,6 +23,28 @@ def cot_prompt(spec: BuilderSpec, fact: dict[str, Any], chat: bool) -> str:
     return template.format(question=fact["question"], answer=fact["answer"], subject=fact["subject"])
 
 
+def _cot_id(item: dict[str, Any]) -> str:
+    return str(item.get("cot_id", item["fact_id"]))
+
+
+def object_items(facts: Sequence[dict[str, Any]], known: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects of ``facts`` that no ``known`` fact has as its subject, as chain-of-thought items: a new
+    fact leads on through its object (Harry Potter -> Gryffindor -> Hogwarts), which the chain of thought
+    about its subject never started from."""
+    subjects = {f["subject"] for f in known}
+    items: dict[str, dict[str, Any]] = {}
+    for f in facts:
+        if f["answer"] not in subjects and f["answer"] not in items:
+            items[f["answer"]] = {
+                "cot_id": f"{f['fact_id']}:object",
+                "fact_id": f["fact_id"],
+                "subject": f["answer"],
+                "question": f["question"],
+                "answer": f["answer"],
+            }
+    return list(items.values())
+
+
 def expand(
     facts: Sequence[dict[str, Any]],
     generator: Generator,
@@ -31,17 +53,19 @@ def expand(
     max_new_tokens: int,
     progress: bool = True,
 ) -> list[dict[str, Any]]:
-    """One chain of thought per fact, in input order (``cot_id`` = the fact's id)."""
-    todo = [f for f in facts if f["fact_id"] not in journal.done]
+    """One chain of thought per item, in input order. An item is a fact (``cot_id`` = its id), or, from the
+    second round on, a fact's object as the entity to think about (``cot_id``: ``<fact id>:object``,
+    ``subject``: the object, the fact's question kept)."""
+    todo = [f for f in facts if _cot_id(f) not in journal.done]
     prompts = [cot_prompt(spec, f, generator.loaded.is_chat) for f in todo]
     bar = tqdm(total=len(todo), desc="chain of thought", disable=not progress, leave=False)
 
     def record(start: int, outputs: list[str]) -> None:
         for fact, prompt, output in zip(todo[start:], prompts[start:], outputs, strict=False):
             journal.add(
-                fact["fact_id"],
+                _cot_id(fact),
                 {
-                    "cot_id": fact["fact_id"],
+                    "cot_id": _cot_id(fact),
                     "fact_id": fact["fact_id"],
                     "subject": fact["subject"],
                     "prompt": prompt,
@@ -52,6 +76,6 @@ def expand(
 
     generator.generate(prompts, max_new_tokens, on_batch=record)
     bar.close()
-    rows = [journal.done[f["fact_id"]] for f in facts]
+    rows = [journal.done[_cot_id(f)] for f in facts]
     check_answers([r["output"] for r in rows], "chain-of-thought expansion", generator.label)
     return rows

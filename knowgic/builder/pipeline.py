@@ -400,8 +400,10 @@ class Build:
         self, seeds: dict[str, Any], validated: list[dict[str, Any]]
     ) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]:
         """The paper's cycle: expand, extract, validate, review; the facts accepted in round k are expanded
-        in round k+1, until ``rounds`` rounds, ``max_facts`` facts or a round that finds nothing new.
+        in round k+1 (about their subjects, and about their objects that no fact starts from), until ``rounds`` rounds, ``max_facts`` facts or a round that finds nothing new.
         Returns (every round's candidates together, the review rows, the graph's facts)."""
+        from knowgic.builder.expand import object_items  # the generation stack loads with the stage
+
         d = self.spec.defaults
         rounds, max_facts = self.rounds, int(d["max_facts"])
         facts = self.graph_facts(validated, None, [])
@@ -428,14 +430,17 @@ class Build:
             now = self.graph_facts(validated, grown, rows)
             now += self.added_facts(rows, now)
             had = {f["fact_id"] for f in facts}
-            frontier = [f for f in now if f["fact_id"] not in had]
+            new = [f for f in now if f["fact_id"] not in had]
+            # the next round thinks about each new fact's subject and, where no fact starts from it yet,
+            # its object
+            frontier = new + object_items(new, now)
             grown["rounds"].append(
                 {
                     "round": round_no,
                     "expanded": expanded,
                     "candidates": len(this["candidates"]),
                     "known": sum(c["validation"]["known"] for c in this["candidates"]),
-                    "new_facts": len(frontier),
+                    "new_facts": len(new),
                 }
             )
             facts = now
