@@ -228,7 +228,7 @@ def test_template_extractor_on_knowgic_tiny_chain_of_thought(tmp_path: Path) -> 
     rows = json.loads((stages / "extract.json").read_text())
     triplets = [(t, sentences[r["sentence_id"]]) for r in rows for t in r["triplets"]]
     assert {(t["subject"], t["template"], t["object"]) for t, _ in triplets} >= {
-        ("Charlotte Clinton Mezvinsky", "{} is a member of", "The Buckaroos"),
+        ("Aidan Clinton Mezvinsky", "{} is the child of", "Chelsea Clinton"),
         ("Cedric Diggory", "{} belongs to", "Hufflepuff"),
     }
     for t, text in triplets:
