@@ -111,7 +111,7 @@ def test_the_pinned_documents_state_what_their_records_give(run: str) -> None:
 
 
 def test_the_suites_own_run_gives_the_pinned_numbers(evaluated_results: Path) -> None:
-    """The session's FT run on the first edit, made now, states the numbers pinned for that run."""
+    """The test run's own FT evaluation of the first edit (a session fixture) states the pinned numbers."""
     document = json.loads(evaluated_results.read_text(encoding="utf-8"))
     expected = json.loads((GOLDEN / "ft-limit1.expected.json").read_text(encoding="utf-8"))
     assert all(isinstance(c["restates_edit"], bool) for c in document["chains"])

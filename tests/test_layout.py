@@ -135,7 +135,7 @@ def test_no_import_reaches_a_higher_floor() -> None:
 
 
 def test_nothing_below_evaluation_imports_it() -> None:
-    """The issue this layout settles: no foundation reaches up into ``knowgic.evaluation``."""
+    """No foundation reaches up into ``knowgic.evaluation``: a run is built on them, never the reverse."""
     evaluation = _floor("knowgic.evaluation")
     below = sorted(
         module
