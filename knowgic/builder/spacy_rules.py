@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from knowgic.builder.spec import BuilderSpec
+from knowgic.builder.template_rules import rule_row
 from knowgic.errors import KnowgicError
 
 SUBJECTS = ("nsubj", "nsubjpass")
@@ -162,14 +163,5 @@ def extract_spacy(
             if len(s) <= entity and len(o) <= entity and len(r) <= relation:
                 found.append({"subject": s, "relation": r, "object": o})
         triplets, _ = clean_triplets({"triplets": found[:cap]})
-        rows.append(
-            {
-                "sentence_id": sent["sentence_id"],
-                "prompt": None,
-                "output": None,
-                "error": None,
-                "triplets": triplets,
-                "copied_examples": 0,
-            }
-        )
+        rows.append(rule_row(sent["sentence_id"], triplets))
     return rows

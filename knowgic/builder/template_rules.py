@@ -128,6 +128,18 @@ def templates_config(prompts: Iterable[str], spec: BuilderSpec) -> dict[str, Any
     }
 
 
+def rule_row(sentence_id: str, triplets: list[dict[str, Any]]) -> dict[str, Any]:
+    """A rule extractor's row for one sentence, in the model extractor's shape (no prompt, no output)."""
+    return {
+        "sentence_id": sentence_id,
+        "prompt": None,
+        "output": None,
+        "error": None,
+        "triplets": triplets,
+        "copied_examples": 0,
+    }
+
+
 def extract_templates(
     sentences: Sequence[dict[str, Any]], prompts: Iterable[str], spec: BuilderSpec
 ) -> list[dict[str, Any]]:
@@ -144,14 +156,5 @@ def extract_templates(
             triplets.append(
                 {"subject": s, "relation": relation_phrase(prompt), "object": o, "template": prompt}
             )
-        rows.append(
-            {
-                "sentence_id": sent["sentence_id"],
-                "prompt": None,
-                "output": None,
-                "error": None,
-                "triplets": triplets,
-                "copied_examples": 0,
-            }
-        )
+        rows.append(rule_row(sent["sentence_id"], triplets))
     return rows

@@ -24,6 +24,22 @@ class ForwardSupport:
     logits_to_keep: bool
     use_cache: bool
 
+    def step_kwargs(
+        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, past: Any
+    ) -> dict[str, Any]:
+        """The keyword arguments of one decoding step: the new tokens, the mask so far, their positions
+        where the model takes them, only the last position's logits, and the cache where it keeps one."""
+        kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask}
+        if self.position_ids:
+            kwargs["position_ids"] = positions
+        if self.logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        if self.use_cache:
+            kwargs["use_cache"] = True
+            if past is not None:
+                kwargs["past_key_values"] = past
+        return kwargs
+
 
 def forward_support(model: torch.nn.Module) -> ForwardSupport:
     params = inspect.signature(model.forward).parameters

@@ -246,16 +246,7 @@ class _DecodingScorer:
         has_text = torch.zeros(n, dtype=torch.bool, device=device)
         generated: list[torch.Tensor] = []
         for t in range(self.max_new_tokens):
-            kwargs: dict[str, Any] = {"input_ids": step_ids, "attention_mask": mask}
-            if support.position_ids:
-                kwargs["position_ids"] = step_pos
-            if support.logits_to_keep:
-                kwargs["logits_to_keep"] = 1
-            if support.use_cache:
-                kwargs["use_cache"] = True
-                if past is not None:
-                    kwargs["past_key_values"] = past
-            out = model(**kwargs)
+            out = model(**support.step_kwargs(step_ids, mask, step_pos, past))
             logits = out.logits[:, -1, :].float()
             if not bool(torch.isfinite(logits[~done]).all()):  # argmax/sampling would decode garbage
                 raise non_finite_logits(model, f"{self.protocol}: decoding step {t + 1}")

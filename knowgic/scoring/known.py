@@ -92,16 +92,7 @@ def greedy_continuations(
             past = None
             generated: list[torch.Tensor] = []
             for t in range(n_steps):
-                kwargs: dict[str, Any] = {"input_ids": step_ids, "attention_mask": mask}
-                if support.position_ids:
-                    kwargs["position_ids"] = step_pos
-                if support.logits_to_keep:
-                    kwargs["logits_to_keep"] = 1
-                if support.use_cache:
-                    kwargs["use_cache"] = True
-                    if past is not None:
-                        kwargs["past_key_values"] = past
-                output = model(**kwargs)
+                output = model(**support.step_kwargs(step_ids, mask, step_pos, past))
                 logits = output.logits[:, -1, :].float()
                 if not bool(torch.isfinite(logits).all()):
                     raise NonFiniteLogits(f"logprob: greedy continuation, step {t + 2}", _dtype(model))
