@@ -202,3 +202,11 @@ def test_the_leaderboard_never_ranks_runs_under_different_rules_together(runs_un
     assert known_rule_of({"protocol": "logprob", "protocol_params": {"batch_size": 64}}) == "first_token"
     assert known_rule_of({"protocol": "greedy", "protocol_params": {}}) == ""
     assert np.all([r is not None for r in ranks.values()])
+
+
+def test_the_rates_script_refuses_a_mistyped_model_in_one_line(capsys) -> None:
+    from knowgic.evaluation.known_rates import main
+
+    assert main(["--model", "knowgic-tinny"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "did you mean 'knowgic-tiny'?" in err

@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import argparse
 import platform
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from knowgic.argtypes import add_model_argument, positive_int
 from knowgic.dataset.folder import open_dataset
+from knowgic.errors import KnowgicError
 from knowgic.models import load_model
+from knowgic.models.loading import resolve_source
 from knowgic.scoring.base import Query
 from knowgic.scoring.generate import GreedyScorer
 from knowgic.scoring.known import KNOWN_RULES, answer_text, greedy_continuations
@@ -102,14 +106,22 @@ def _row(name: str, known: np.ndarray, right: np.ndarray, subset: np.ndarray) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m knowgic.evaluation.known_rates", description=__doc__)
-    parser.add_argument("--model", default="knowgic-tiny")
+    add_model_argument(parser)
     parser.add_argument("--version", default=None, help="dataset version (default: the latest)")
-    parser.add_argument("--max-new-tokens", type=int, default=24)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--examples", type=int, default=5, help="falsely known facts shown per rule")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=24)
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--examples", type=positive_int, default=5, help="falsely known facts shown per rule")
     args = parser.parse_args(argv)
+    try:
+        return _measure(args)
+    except KnowgicError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
 
+
+def _measure(args: argparse.Namespace) -> int:
     start = time.perf_counter()
+    resolve_source(args.model)  # a mistyped model name fails before the dataset and the model load
     version, queries = fact_queries(args.version)
     loaded = load_model(args.model)
     texts = cloze_answers(loaded, queries, args.max_new_tokens, args.batch_size)
