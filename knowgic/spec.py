@@ -49,7 +49,10 @@ class MetricSpec:
     ``direction``: whether lower or higher values are better; ``kind``: one of :data:`KINDS`; ``bounds``:
     the range of its values (``None``: unbounded on that side); ``parts``: the keys of its sub-metrics
     (IFR per chain length), empty for a plain metric; ``of``: the metrics a composite is computed from;
-    ``headline``: a column of the summary tables; ``short``: a table column's header.
+    ``headline``: a column of the summary tables; ``short``: a table column's header; ``ranked_by``: the
+    metric whose per-edit form ranks, marks and compares this one (its own name unless the spec names a
+    per-edit form: IFR is the paper's pooled figure, ranked by ``ifr_per_edit``, each edit weighing the
+    same).
     """
 
     name: str
@@ -63,6 +66,11 @@ class MetricSpec:
     parts: tuple[str, ...] = ()
     of: tuple[str, ...] = ()
     headline: bool = False
+    ranked_by: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.ranked_by:
+            object.__setattr__(self, "ranked_by", self.name)
 
     @property
     def lower_is_better(self) -> bool:
@@ -163,6 +171,7 @@ def _metric(name: str, entry: dict[str, Any]) -> MetricSpec:
         parts=tuple(entry.get("parts", ())),
         of=tuple(entry.get("of", ())),
         headline=entry.get("headline", False),
+        ranked_by=str(entry.get("ranked_by", name)),
     )
 
 
@@ -185,6 +194,12 @@ def _cross_problem(data: dict[str, Any], metrics: dict[str, MetricSpec]) -> str 
             return (
                 f"/metrics/{metric.name}/of: names {', '.join(unknown)}, which is not a declared metric (or is "
                 "itself a composite)"
+            )
+        ranker = metrics.get(metric.ranked_by)
+        if ranker is None or ranker.direction != metric.direction or ranker.parts != metric.parts:
+            return (
+                f"/metrics/{metric.name}/ranked_by: {metric.ranked_by!r} is not a declared metric of the same "
+                "direction and parts"
             )
     return None
 

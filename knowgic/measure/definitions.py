@@ -10,6 +10,8 @@ metric                          :math:`a_e`                                     
 ``ifr_uncapped``                :math:`\sum_{i \in e} w_i R'_i/R_i`                     :math:`\sum_{i \in e} w_i`
 ``ifr_indirect``                IFR's, over the chains that do not restate the edit    IFR's, idem
 ``ifr_by_length`` (part n)      IFR's, over the edit's chains of length n              IFR's, length n
+``ifr_per_edit``                the edit's own IFR, a_e/b_e of ``ifr``                 1 (0 without one)
+``ifr_by_length_per_edit``      the edit's own IFR at length n                         1 (0 without one)
 ``preservation``                :math:`\sum_{t \in e} \min(1, p'_t/p_t)`                known facts of e
 ``preservation_macro``          the edit's own Preservation, a_e/b_e of ``preservation``  1 (0 without one)
 ``efficacy``                    :math:`[p'(o^*) > p'(o^c)]`                             1
@@ -88,6 +90,25 @@ def ifr_indirect(records: Records) -> EditSums:
 @METRICS.register("ifr_by_length")
 def ifr_by_length(records: Records) -> dict[str, EditSums]:
     return {str(n): _chain_sums(records, True, n) for n in range(1, M.MAX_CHAIN_LENGTH + 1)}
+
+
+def _own_ifr(records: Records, length: int | None = None) -> EditSums:
+    """Each edit's own IFR (its a_e/b_e of IFR) as one value, every edit with active chains weighing the same."""
+    pooled = _chain_sums(records, True, length)
+    if pooled.reason is not None:
+        return pooled
+    own = [float(a / b) if b > 0 else None for a, b in zip(pooled.ratio.numerator, pooled.ratio.denominator, strict=True)]
+    return _edit_means(own, NO_ACTIVE_CHAINS)
+
+
+@METRICS.register("ifr_per_edit")
+def ifr_per_edit(records: Records) -> EditSums:
+    return _own_ifr(records)
+
+
+@METRICS.register("ifr_by_length_per_edit")
+def ifr_by_length_per_edit(records: Records) -> dict[str, EditSums]:
+    return {str(n): _own_ifr(records, n) for n in range(1, M.MAX_CHAIN_LENGTH + 1)}
 
 
 @METRICS.register("preservation")
