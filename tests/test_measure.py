@@ -85,7 +85,9 @@ def test_registered_functions_give_the_papers_formulas(rome_run) -> None:
         "ifr_indirect": ifr([c for c in active if not c.restates_edit]),
         **{f"ifr_by_length.{n}": ifr([c for c in active if c.length == n]) for n in range(1, 6)},
         "ifr_per_edit": per_edit(active),
-        **{f"ifr_by_length_per_edit.{n}": per_edit([c for c in active if c.length == n]) for n in range(1, 6)},
+        **{
+            f"ifr_by_length_per_edit.{n}": per_edit([c for c in active if c.length == n]) for n in range(1, 6)
+        },
         "preservation": _weighted([(1.0, min(1.0, p.p_post / p.p_pre)) for p in known_pairs]),
         "preservation_macro": _weighted([(1.0, sum(v) / len(v)) for v in by_edit.values()]),
         "efficacy": _weighted([(1.0, float(o.p_new > o.p_true)) for o in out.rewrite]),

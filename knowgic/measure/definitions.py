@@ -97,7 +97,10 @@ def _own_ifr(records: Records, length: int | None = None) -> EditSums:
     pooled = _chain_sums(records, True, length)
     if pooled.reason is not None:
         return pooled
-    own = [float(a / b) if b > 0 else None for a, b in zip(pooled.ratio.numerator, pooled.ratio.denominator, strict=True)]
+    own = [
+        float(a / b) if b > 0 else None
+        for a, b in zip(pooled.ratio.numerator, pooled.ratio.denominator, strict=True)
+    ]
     return _edit_means(own, NO_ACTIVE_CHAINS)
 
 
