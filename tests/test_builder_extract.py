@@ -215,6 +215,12 @@ def test_template_rules_read_a_sentence_in_a_templates_phrasing() -> None:
                  "Professor Snape.", "Hufflepuff belongs to Hufflepuff."]:  # fmt: skip
         assert read(text) is None, text
     assert nested_phrase("{} was the CEO of") == "the ceo of" and nested_phrase("{} animated") is None
+    # a sentence whose relation runs past the template: the rest opens with a preposition, no name
+    short = TemplateReader(["{} is head of house"], int(SPEC.defaults["max_entity_chars"]))
+    assert short.read("Professor Sprout is head of house for Ravenclaw.") is None
+    assert short.read("Professor Sprout is head of house Hufflepuff.") == (
+        "Professor Sprout", "{} is head of house", "Hufflepuff"
+    )  # fmt: skip
 
 
 def test_template_extractor_on_knowgic_tiny_chain_of_thought(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from knowgic.builder import review as rv
 from knowgic.builder.pipeline import BuildConfig, ReviewPending, run_build
 
+ROUNDS_DATA = Path(__file__).parent / "data" / "builder" / "rounds"
 MAX_SEEDS = 60
 """The first 60 facts of 1.1.0: enough for round 1 to accept new facts on knowgic-tiny."""
 
@@ -64,3 +65,27 @@ def test_the_second_round_grows_from_what_the_first_accepted(tmp_path: Path) -> 
     for cand in _stage(build_dir, "triplet_validation.r2")["candidates"]:
         assert cand["round"] == 2
         assert {s["seed_fact_id"] for s in cand["sources"]} <= set(one)
+
+
+def test_two_rounds_find_a_fact_that_one_round_does_not(tmp_path: Path) -> None:
+    """Seeds about Professor Sprout and Cedric Diggory: round 1's chains of thought give "Professor Sprout is
+    head of house Hufflepuff." and "Cedric Diggory belongs to Hufflepuff."; only round 2, thinking about
+    Hufflepuff (an object no fact starts from, asked the spec's entity question), finds that Hufflepuff
+    belongs to Hogwarts."""
+
+    def build(rounds: int) -> set[tuple[str, str, str]]:
+        cfg = BuildConfig(model="knowgic-tiny", build_dir=tmp_path / "build", seeds_file=ROUNDS_DATA / "seeds.csv",
+                          templates_file=ROUNDS_DATA / "templates.yaml", extractor="templates", rounds=rounds,
+                          stop_after="graph", progress=False)  # fmt: skip
+        _accept_all_and_build(cfg)
+        return set(_accepted(cfg.build_dir).values())
+
+    one = build(1)
+    assert one == {
+        ("Professor Sprout", "{} is head of house", "Hufflepuff"),
+        ("Cedric Diggory", "{} belongs to", "Hufflepuff"),
+    }
+    two = build(2)
+    assert two - one == {("Hufflepuff", "{} belongs to", "Hogwarts School of Witchcraft and Wizardry")}
+    [item] = [c for c in _stage(tmp_path / "build", "expand.r2") if c["cot_id"].endswith(":object")]
+    assert item["subject"] == "Hufflepuff" and "What do you know about Hufflepuff?" in item["prompt"]

@@ -27,10 +27,12 @@ def _cot_id(item: dict[str, Any]) -> str:
     return str(item.get("cot_id", item["fact_id"]))
 
 
-def object_items(facts: Sequence[dict[str, Any]], known: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def object_items(
+    facts: Sequence[dict[str, Any]], known: Sequence[dict[str, Any]], spec: BuilderSpec
+) -> list[dict[str, Any]]:
     """The objects of ``facts`` that no ``known`` fact has as its subject, as chain-of-thought items: a new
     fact leads on through its object (Harry Potter -> Gryffindor -> Hogwarts), which the chain of thought
-    about its subject never started from."""
+    about its subject never started from. Each is asked the spec's ``cot.entity_question`` about itself."""
     subjects = {f["subject"] for f in known}
     items: dict[str, dict[str, Any]] = {}
     for f in facts:
@@ -39,7 +41,7 @@ def object_items(facts: Sequence[dict[str, Any]], known: Sequence[dict[str, Any]
                 "cot_id": f"{f['fact_id']}:object",
                 "fact_id": f["fact_id"],
                 "subject": f["answer"],
-                "question": f["question"],
+                "question": spec.cot["entity_question"].format(subject=f["answer"]),
                 "answer": f["answer"],
             }
     return list(items.values())

@@ -433,7 +433,7 @@ class Build:
             new = [f for f in now if f["fact_id"] not in had]
             # the next round thinks about each new fact's subject and, where no fact starts from it yet,
             # its object
-            frontier = new + object_items(new, now)
+            frontier = new + object_items(new, now, self.spec)
             grown["rounds"].append(
                 {
                     "round": round_no,

@@ -11,6 +11,8 @@ from knowgic.errors import KnowgicError
 from knowgic.paths import spec_dir
 from knowgic.yamlfile import read_yaml
 
+COT_PROMPTS = ("base", "chat", "entity_question")
+"""The chain-of-thought prompts: for base models, for chat models, and the question about a new object."""
 _SECTIONS = ("defaults", "cot", "extraction", "new_relation", "judge", "refine", "chain_question")
 
 
@@ -93,4 +95,7 @@ def load_builder_spec(path: Path | None = None) -> BuilderSpec:
     missing = [s for s in _SECTIONS if not isinstance(data.get(s), dict)]
     if missing:
         raise KnowgicError(f"{where}: missing section(s) {', '.join(missing)}")
+    absent = [k for k in COT_PROMPTS if not isinstance(data["cot"].get(k), str)]
+    if absent:
+        raise KnowgicError(f"{where}: cot: missing prompt(s) {', '.join(absent)}")
     return BuilderSpec(**{s: dict(data[s]) for s in _SECTIONS}, path=str(where))

@@ -17,7 +17,9 @@ Mezvinsky, "{} is a sibling of", Charlotte Clinton Mezvinsky). The rules:
 - a subject or object that is empty, longer than ``max_entity_chars``, that holds a clause (an auxiliary
   such as "is" or "was", or a colon: "Kern County is sebreix", "Q: Who") or a relation's phrase ("the CEO
   of Madameron Dward", "the child of the child of Chelsea Clinton": a description through another
-  relation, not a name) is no name, and the sentence gives no triplet; nor does a question.
+  relation, not a name) or that opens with a lower-case preposition ("for Ravenclaw" after "{} is head of
+  house": the sentence's relation is longer than the template) is no name, and the sentence gives no
+  triplet; nor does a question.
 
 A template's phrase inside a name is its fixed text without a leading auxiliary ("is", "was", "has", ...)
 when at least two words remain: "the CEO of" for "{} was the CEO of", "a sibling of" for "{} is a sibling
@@ -34,8 +36,11 @@ from typing import Any
 from knowgic.builder.spec import BuilderSpec
 
 TEMPLATES = "templates"  # the --extractor value
-RULES_VERSION = 1  # part of the stage key: a change of the rules reruns the stage
+RULES_VERSION = 2  # part of the stage key: a change of the rules reruns the stage
 AUXILIARIES = frozenset({"is", "was", "are", "were", "has", "have", "had", "be", "been"})
+PREPOSITIONS = frozenset({"for", "of", "in", "at", "to", "by", "with", "from", "on", "as", "about"})
+"""A name never opens with one of these in lower case: "for Ravenclaw" after "{} is head of house" means the
+sentence's relation ("is head of house for") is longer than the template, and the object is not a name."""
 TRAILING = " \t\n.,;:!?\"'”’)"
 
 
@@ -73,10 +78,13 @@ class TemplateReader:
 
     def is_name(self, text: str) -> bool:
         """Whether ``text`` can be a node's name: within the length limit, no clause in it (an auxiliary
-        word, a colon: "Kern County is sebreix", "Q: Who"), no relation's phrase."""
+        word, a colon: "Kern County is sebreix", "Q: Who"), no relation's phrase, no opening lower-case
+        preposition ("for Ravenclaw")."""
         words = set(_fold(text).split())
+        first = text.split()[0] if text.split() else ""
         return (
             len(text) <= self.max_chars
+            and first not in PREPOSITIONS
             and ":" not in text
             and not words & AUXILIARIES
             and not self.holds_relation(text)
