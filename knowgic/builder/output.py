@@ -167,12 +167,23 @@ def version_files(
     return files
 
 
-def write_folder(out: Path, files: Mapping[str, str], overwrite: bool) -> None:
+def out_problem(out: Path, overwrite: bool) -> str | None:
+    """Why the dataset folder cannot be written to ``out`` (None when it can): a file, a folder that is no
+    dataset folder, or a dataset folder without ``overwrite``."""
+    if out.exists() and not out.is_dir():
+        return f"--out {out} is a file; choose a folder"
     if out.exists() and any(out.iterdir()):
         if not (out / VERSION_FILE).is_file():
-            raise KnowgicError(f"{out} exists and is not a dataset folder; choose another --out")
+            return f"{out} exists and is not a dataset folder; choose another --out"
         if not overwrite:
-            raise KnowgicError(f"{out} already holds a dataset version; pass --overwrite to replace it")
+            return f"{out} already holds a dataset version; pass --overwrite to replace it"
+    return None
+
+
+def write_folder(out: Path, files: Mapping[str, str], overwrite: bool) -> None:
+    problem = out_problem(out, overwrite)
+    if problem is not None:
+        raise KnowgicError(problem)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; a dataset folder is an ordinary one

@@ -22,6 +22,7 @@ from typing import Any
 from knowgic.builder import review as rv
 from knowgic.builder.graph import EditSpec, chains_for_edits, edge_facts
 from knowgic.builder.match import similar_relations
+from knowgic.builder.preflight import check_build
 from knowgic.builder.seeds import (
     SeedEdit,
     Template,
@@ -137,6 +138,7 @@ class Build:
         cfg.check()
         self.cfg = cfg
         self.spec = spec or load_builder_spec()
+        check_build(cfg, self.spec)  # every input, before the build folder is made
         d = self.spec.defaults
         self.protocol = cfg.protocol or str(d["protocol"])
         self.cap = (
@@ -152,10 +154,6 @@ class Build:
         self.skipped: list[str] = []
         self.stage_seconds: dict[str, float] = {}
         self.revision = ""
-        if cfg.extractor == SPACY:  # a missing package is said before any work
-            from knowgic.builder.spacy_rules import require_spacy
-
-            require_spacy(self.spec)
 
     # --- the stage runner -------------------------------------------------------------------------
 
