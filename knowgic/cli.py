@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from knowgic.argtypes import SUBCOMMAND_METAVAR
 from knowgic.clip import clip
+from knowgic.printable import printable
 from knowgic.errors import KnowgicError
 from knowgic.extras import missing_extra_message
 
@@ -92,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KnowgicError as exc:
         # A bounded message, whatever the input quoted in it.
-        print(f"error: {clip(str(exc), ERROR_LIMIT)}", file=sys.stderr)
+        print(f"error: {printable(clip(str(exc), ERROR_LIMIT))}", file=sys.stderr)  # shown, never obeyed
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
