@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 from knowgic.argtypes import SUBCOMMAND_METAVAR
 from knowgic.clip import clip
-from knowgic.printable import printable
 from knowgic.errors import KnowgicError
 from knowgic.extras import missing_extra_message
+from knowgic.printable import printable
 
 ERROR_LIMIT = 4000
 """Characters of an error line at most (a message listing many problems, each quoted briefly, fits)."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from knowgic.runner.intake.archive import SubmissionError, SubmissionLimits, unpack, write_normalised_archive
 from knowgic.runner.intake.manifest import (
     MANIFEST_NAME,
+    check_characters,
     check_manifest,
     hparams_for,
     manifest_root,
@@ -82,6 +83,7 @@ def load_submission(path: str | Path, workdir: Path, limits: SubmissionLimits = 
     manifest_path = root / MANIFEST_NAME
     raw = read_yaml_file(manifest_path, shown, limits.max_manifest_bytes)
     validate_manifest(raw, manifest_path, shown)
+    check_characters(raw, manifest_path, shown)
     manifest = check_manifest(raw, root, shown)
     archive = workdir / "submission.tar.gz"
     sha = write_normalised_archive(root, archive)
