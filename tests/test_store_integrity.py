@@ -173,10 +173,10 @@ def test_listing_hashes_each_file_once_per_change(runs, tmp_path):
     assert archive is not None
     _settled()
     store.scan()
-    hashed = {path: store._digests[path] for path in (results, archive)}
+    hashed = {path: store._digests[str(path)] for path in (results, archive)}
     store.scan()
-    assert all(store._digests[path] is hashed[path] for path in hashed)  # not hashed again
+    assert all(store._digests[str(path)] is hashed[path] for path in hashed)  # not hashed again
     os.utime(results)  # only its times change: hashed again, same content, still verified
     assert [e.source for e in store.scan().entries] == ["verified"]
-    assert store._digests.get(results) is not hashed[results]
-    assert store._digests[archive] is hashed[archive]
+    assert store._digests.get(str(results)) is not hashed[results]
+    assert store._digests[str(archive)] is hashed[archive]

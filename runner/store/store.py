@@ -58,6 +58,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import jsonschema
@@ -314,7 +315,7 @@ class ResultsStore:
         self._memo: dict[str, dict[str, Any]] = {}
         self._failed: dict[str, str] = {}
         # The sha256 of each file hashed, with the stat key it was hashed under (see the module docstring).
-        self._digests: dict[Path, tuple[FileStat, str]] = {}
+        self._digests: dict[str, tuple[FileStat, str]] = {}
         # Entry files by path: their stat key, the checked record and why it is (not) verified.
         self._records: dict[Path, tuple[FileStat, tuple[dict[str, Any], str | None]]] = {}
 
@@ -347,21 +348,26 @@ class ResultsStore:
     def entry_path(self, entry_id: str) -> Path:
         return self.entries_dir / f"{entry_id}.json"
 
-    def _archive_file(self, sha256: str) -> Path | None:
-        """The file stored under ``sha256`` (not hashed)."""
+    def _archive_file(self, sha256: str) -> tuple[Path, os.stat_result] | None:
+        """The file stored under ``sha256`` and its stat (not hashed)."""
         for suffix in _ARCHIVE_SUFFIXES:
             path = self.submissions_dir / f"{sha256}{suffix}"
-            if path.is_file():
-                return path
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            if S_ISREG(stat.st_mode):
+                return path, stat
         return None
 
     def submission_path(self, sha256: str) -> Path | None:
         """The submission archive stored under ``sha256``, hashed in full now: None when it is missing or its
         bytes no longer hash to ``sha256`` (another archive copied over it), so a replaced archive is never
         served or run. :meth:`submission_problem` says which."""
-        path = self._archive_file(sha256)
-        if path is None:
+        found = self._archive_file(sha256)
+        if found is None:
             return None
+        path = found[0]
         try:
             digest, stat = _hash_file(path, "submission archive")
         except StoreFileError:
@@ -373,16 +379,19 @@ class ResultsStore:
         """Why the archive stored under ``sha256`` cannot be believed (missing, unreadable, or its bytes hash
         to another sha256), or None. ``full=False``: hash only when its stat key changed since the last
         time (what a listing does)."""
-        path = self._archive_file(sha256)
-        if path is None:
+        found = self._archive_file(sha256)
+        if found is None:
             return f"its submission archive {sha256[:12]}… is missing"
-        digest = None if full else self._known_digest(path)
+        return self._archive_mismatch(sha256, *found, full=full)
+
+    def _archive_mismatch(self, sha256: str, path: Path, stat: os.stat_result, *, full: bool) -> str | None:
+        digest = None if full else self._known_digest(path, stat)
         if digest is None:
             try:
-                digest, stat = _hash_file(path, "submission archive")
+                digest, key = _hash_file(path, "submission archive")
             except StoreFileError as exc:
                 return str(exc)
-            self._remember_digest(path, stat, digest)
+            self._remember_digest(path, key, digest)
         if digest != sha256:
             return (
                 f"its submission archive {path.name[:12]}…{''.join(path.suffixes)} holds other bytes (sha256 "
@@ -527,22 +536,24 @@ class ResultsStore:
         )
 
     # -- reading --------------------------------------------------------------------------------------
-    def _known_digest(self, path: Path) -> str | None:
-        """The sha256 of ``path``'s bytes when it was hashed before and its stat key is unchanged since."""
-        known = self._digests.get(path)
+    def _known_digest(self, path: Path, stat: os.stat_result | None = None) -> str | None:
+        """The sha256 of ``path``'s bytes when it was hashed before and its stat key (``stat``, else read
+        now) is unchanged since."""
+        known = self._digests.get(str(path))
         if known is None:
             return None
-        try:
-            stat = path.stat()
-        except OSError:
-            return None
+        if stat is None:
+            try:
+                stat = path.stat()
+            except OSError:
+                return None
         return known[1] if known[0] == _file_stat(stat) else None
 
     def _remember_digest(self, path: Path, stat: FileStat | None, digest: str) -> None:
-        if stat is None:
-            self._digests.pop(path, None)  # hashed while it changed, or just after: hash it again next time
+        if stat is None:  # hashed while it changed, or just after: hash it again next time
+            self._digests.pop(str(path), None)
         else:
-            self._digests[path] = (stat, digest)
+            self._digests[str(path)] = (stat, digest)
 
     def _cache_file(self, digest: str) -> Path:
         return self._summary_cache_dir() / f"{digest}-c{CHECKS_VERSION}.json"
@@ -696,11 +707,12 @@ class ResultsStore:
             )
         submission_sha = record.get("submission_sha256")
         if submission_sha is not None:
-            if self._archive_file(submission_sha) is None:
+            found = self._archive_file(submission_sha)
+            if found is None:
                 raise StoreFileError(
                     f"store entry {path}: its submission archive {submission_sha[:12]}… is missing"
                 )
-            problem = self.submission_problem(submission_sha, full=False)
+            problem = self._archive_mismatch(submission_sha, *found, full=False)
             if problem is not None:
                 problems.append(problem)
         warning = "; ".join(problems) or None
