@@ -41,6 +41,11 @@ DEFAULT_STORE = Path("knowgic-store")
 QUEUE_FILE = "queue.sqlite"
 
 
+def config_dir() -> Path:
+    """``$XDG_CONFIG_HOME/knowgic`` (``~/.config/knowgic``): keys and tokens, never in the store folder."""
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "knowgic"
+
+
 def add_store_option(parser: argparse.ArgumentParser, *, more: str = "") -> None:
     """``--store PATH``; ``more`` adds to its help (a command's own fallback, e.g. a hub repository)."""
     parser.add_argument(
@@ -158,11 +163,6 @@ class SubmitPolicy:
             f"field, or ${SUBMITTER_TOKEN_ENV} for `knowgic runner submit`); its operator makes one with "
             "`knowgic runner add-submitter NAME`"
         )
-
-
-def config_dir() -> Path:
-    """``$XDG_CONFIG_HOME/knowgic`` (``~/.config/knowgic``): keys and tokens, never in the store folder."""
-    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "knowgic"
 
 
 def default_accounts() -> str:

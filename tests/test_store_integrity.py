@@ -180,3 +180,29 @@ def test_listing_hashes_each_file_once_per_change(runs, tmp_path):
     assert [e.source for e in store.scan().entries] == ["verified"]
     assert store._digests.get(str(results)) is not hashed[results]
     assert store._digests[str(archive)] is hashed[archive]
+
+
+def test_the_result_page_shows_a_swapped_archive_as_local_and_serves_only_the_results(runs, tmp_path):
+    """What the leaderboard reads: the row is local with the reason, and its page offers the results file
+    but not the archive that replaced the signed one."""
+    from tests.test_leaderboard import wait_verified
+    from tests.test_leaderboard_trust import _serve
+
+    store = ResultsStore(tmp_path / "store", verified_cache=tmp_path / "cache")
+    entry = _verified(store, runs["rome"], tmp_path, "job-rome")
+    archive = store.submission_path(entry.submission_sha256)
+    assert archive is not None
+    other = _archive(tmp_path / "other", "job-rome", extra="#" * 8).read_bytes()
+    size = archive.stat().st_size
+    _overwrite_in_place(archive, other[:size] + b"\0" * (size - len(other)))
+    app, client = _serve(store.root, tmp_path / "app-cache")
+    try:
+        wait_verified(app)
+        outputs = client.predict("job-rome", api_name="/detail")
+        header, downloads = outputs[0], outputs[-1]
+        assert "local: shown as local: it claims to be verified, but its submission archive" in header
+        assert "replaced after it was stored" in header
+        names = [Path(d if isinstance(d, str) else d["path"]).name for d in downloads]
+        assert len(names) == 1 and names[0].startswith("results-"), names
+    finally:
+        app.close()
