@@ -128,7 +128,7 @@ def check_characters(manifest: dict[str, Any], manifest_path: Path, shown: str) 
             at = f" line {line}," if line else ""
             kind = "value" if is_value else "key"
             raise SubmissionError(
-                f"{shown}{at} field {'/'.join(map(str, where))}: character {character_name(character)} at "
+                f"{shown}{at} field {printable('/'.join(map(str, where)))}: character {character_name(character)} at "
                 f"position {index + 1} of the {kind} '{printable(text[:120])}': a manifest holds plain text "
                 "only (no control, format or separator characters)"
             )
