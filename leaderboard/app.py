@@ -40,7 +40,7 @@ from knowgic.formatting import FEW_EDITS_MARK
 from knowgic.intervals import FEW_EDITS
 from knowgic.leaderboard import plots, views
 from knowgic.leaderboard.about import about_markdown
-from knowgic.leaderboard.accounts import submit_policy, submit_upload
+from knowgic.leaderboard.accounts import leaderboard_policy, submit_upload
 from knowgic.leaderboard.columns import Columns, leaderboard_columns
 from knowgic.leaderboard.table import (
     ALL_MODELS,
@@ -752,7 +752,7 @@ class QueueTab:
 
     def __init__(self, state: LeaderboardState, upload_limit_bytes: int) -> None:
         self.state, self.upload_limit_bytes = state, upload_limit_bytes
-        self.policy = submit_policy()  # who may submit, and quotas (leaderboard/accounts.py)
+        self.policy = leaderboard_policy()  # who may submit, and quotas (leaderboard/accounts.py)
         self.token: gr.Textbox | None = None
 
     def build(self) -> None:

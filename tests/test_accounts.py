@@ -303,6 +303,8 @@ def test_the_submit_handler_takes_the_hub_user_from_the_session(tmp_path: Path, 
     from tests.test_leaderboard import write_submission
 
     monkeypatch.setenv("KNOWGIC_ACCOUNTS", "huggingface")
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    monkeypatch.setenv("HF_TOKEN", "hf_local_login")  # off a Space, Gradio signs in as the host's login
     store = ResultsStore(tmp_path / "store", verified_cache=tmp_path / "cache")
     tab = QueueTab(LeaderboardState(store, store.queue_url(), False), 50 * 1024 * 1024)
     archive = write_submission(tmp_path / "upload")
@@ -318,3 +320,24 @@ def test_the_submit_handler_takes_the_hub_user_from_the_session(tmp_path: Path, 
     assert tab.do_submit(str(archive), profile).startswith("queued 1 job(s)")
     [job] = JobQueue(store.queue_url()).jobs()
     assert job.submitter == "huggingface:alice"
+
+
+def test_a_sign_in_that_cannot_work_stops_the_leaderboard_in_one_line(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    from knowgic.leaderboard.accounts import leaderboard_policy
+
+    for name in ("KNOWGIC_ACCOUNTS", "OAUTH_CLIENT_ID", "HF_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SPACE_ID", "someone/knowgic")  # a Space: sign-in by default
+    root = tmp_path / "store"
+    root.mkdir()
+    assert main(["leaderboard", "--store", str(root)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert _one_line(err).startswith("error: this Space takes submissions from signed-in users")
+    assert "hf_oauth: true" in err
+    monkeypatch.setenv("OAUTH_CLIENT_ID", "client-id")
+    assert leaderboard_policy().accounts == "huggingface"
+    monkeypatch.setenv("KNOWGIC_ACCOUNTS", "none")  # an explicit choice wins
+    monkeypatch.delenv("OAUTH_CLIENT_ID")
+    assert leaderboard_policy().accounts == "none"
