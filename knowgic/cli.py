@@ -15,6 +15,7 @@ from knowgic.argtypes import SUBCOMMAND_METAVAR
 from knowgic.clip import clip
 from knowgic.errors import KnowgicError
 from knowgic.extras import missing_extra_message
+from knowgic.printable import printable
 
 ERROR_LIMIT = 4000
 """Characters of an error line at most (a message listing many problems, each quoted briefly, fits)."""
@@ -92,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KnowgicError as exc:
         # A bounded message, whatever the input quoted in it.
-        print(f"error: {clip(str(exc), ERROR_LIMIT)}", file=sys.stderr)
+        print(f"error: {printable(clip(str(exc), ERROR_LIMIT))}", file=sys.stderr)  # shown, never obeyed
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -40,6 +40,7 @@ from knowgic.formatting import FEW_EDITS_MARK
 from knowgic.intervals import FEW_EDITS
 from knowgic.leaderboard import plots, views
 from knowgic.leaderboard.about import about_markdown
+from knowgic.leaderboard.accounts import leaderboard_policy, submit_upload
 from knowgic.leaderboard.columns import Columns, leaderboard_columns
 from knowgic.leaderboard.table import (
     ALL_MODELS,
@@ -751,6 +752,8 @@ class QueueTab:
 
     def __init__(self, state: LeaderboardState, upload_limit_bytes: int) -> None:
         self.state, self.upload_limit_bytes = state, upload_limit_bytes
+        self.policy = leaderboard_policy()  # who may submit, and quotas (leaderboard/accounts.py)
+        self.token: gr.Textbox | None = None
 
     def build(self) -> None:
         with gr.Tab("Submit", id="submit"):
@@ -763,6 +766,11 @@ class QueueTab:
             self.upload = gr.File(
                 label="Submission archive", file_types=[".gz", ".tgz", ".zip"], elem_id="kg-upload"
             )
+            # Accounts (leaderboard/accounts.py): a sign-in, or a token field, where the deployment needs one.
+            if self.policy.accounts == "huggingface":
+                gr.LoginButton(elem_id="kg-login")
+            elif self.policy.accounts == "token":
+                self.token = gr.Textbox(label="Submitter token", type="password", elem_id="kg-token")
             self.submit = gr.Button("Validate and queue", variant="primary", elem_id="kg-submit")
             self.result = gr.Textbox(label="Result", lines=4, interactive=False, elem_id="kg-submit-message")
         with gr.Tab("Queue", id="queue"):
@@ -787,9 +795,10 @@ class QueueTab:
         counts = frame["State"].value_counts()
         return f"{len(frame)} job(s): " + ", ".join(f"{n} {state}" for state, n in counts.items()), frame
 
-    def do_submit(self, upload: str | None) -> str:
-        from knowgic.runner.intake.submission import submit
-
+    def do_submit(
+        self, upload: str | None, profile: gr.OAuthProfile | None = None, token: str | None = None
+    ) -> str:
+        """``profile``: the signed-in Hugging Face user, injected by Gradio from its session."""
         if not upload:
             return "Choose a submission archive (.tar.gz or .zip) first."
         path = Path(upload)
@@ -801,7 +810,10 @@ class QueueTab:
         if size > limit:
             return f"error: {path.name} is {size} bytes; uploads are limited to {limit} bytes"
         try:
-            submission, jobs = submit(path, self.state.store, self.state.queue())
+            username = profile.username if profile is not None else None
+            submission, jobs = submit_upload(
+                path, self.state.store, self.state.queue(), self.policy, hub_username=username, token=token
+            )
         except KnowgicError as exc:
             return f"error: {' '.join(str(exc).replace(str(path.parent) + os.sep, '').split())}"
         lines = [
@@ -814,7 +826,8 @@ class QueueTab:
         return "\n".join(lines)
 
     def wire(self) -> None:
-        self.submit.click(self.do_submit, self.upload, self.result, api_name="submit").then(
+        inputs = [self.upload] if self.token is None else [self.upload, self.token]
+        self.submit.click(self.do_submit, inputs, self.result, api_name="submit").then(
             self.jobs, None, self.outputs, api_name=False
         )
         self.refresh.click(lambda: self.jobs()[1], None, self.table, api_name="queue")

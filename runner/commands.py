@@ -1,6 +1,8 @@
 """``knowgic runner``: submit a method, run workers, and look after the queue.
 
     knowgic runner submit PATH            validate a submission, store it, queue its jobs
+          [--accounts token]              as the submitter whose token $KNOWGIC_SUBMITTER_TOKEN holds
+    knowgic runner add-submitter NAME     a submitter token (deployments with --accounts token)
     knowgic runner worker [--gpus auto]   claim and run jobs until stopped (one worker per GPU host)
           [--private-dataset PATH]        score a private split too (mounted into the score stage only)
     knowgic runner status [--json]        every job and its state
@@ -13,6 +15,9 @@ Every queue command takes ``--store PATH`` (default ``$KNOWGIC_STORE``, else ``.
 URL`` (default ``$KNOWGIC_QUEUE_URL``, else the SQLite file beside the store; a
 ``postgresql+psycopg://`` URL shares one queue between many hosts); both are defined in runner/options.py.
 
+Everything printed that a submission, a manifest or the queue supplied (job ids, models, reasons, logs)
+passes :func:`knowgic.printable.printable`: a terminal escape in a job's log is shown, never obeyed.
+
 ``build-image`` is a thin layer over runner/host/images.py::
 
     --local-base:  find_torch_wheel (host's torch) --> build_local_base (debootstrap) --+
@@ -23,7 +28,6 @@ URL`` (default ``$KNOWGIC_QUEUE_URL``, else the SQLite file beside the store; a
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import sys
@@ -40,10 +44,22 @@ from knowgic.dataset.loading import dataset_ref, load_cases
 from knowgic.dataset.private import read_private_split
 from knowgic.errors import KnowgicError
 from knowgic.paths import cache_dir
+from knowgic.printable import printable, printable_json
 from knowgic.runner.host import images
 from knowgic.runner.host.images import LOCAL_BASE_IMAGE, BuiltImage, ImageBuildError, find_torch_wheel
+from knowgic.runner.intake.accounts import add_submitter, identify
 from knowgic.runner.intake.submission import submit
-from knowgic.runner.options import add_queue_option, add_store_option, queue_url, store_root
+from knowgic.runner.options import (
+    SUBMITTER_TOKEN_ENV,
+    add_queue_option,
+    add_store_option,
+    add_submit_policy_options,
+    add_tokens_option,
+    default_tokens_file,
+    queue_url,
+    store_root,
+    submit_policy,
+)
 from knowgic.runner.queue.states import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_HEARTBEAT_SECONDS,
@@ -96,18 +112,27 @@ def _job_line(job: Job, *, times: bool = False) -> str:
         where += f" for {job.state_seconds.get(str(job.state), 0.0):.0f} s"
     reason = f": {job.reason}" if job.reason and job.state != "FINISHED" else ""
     limit = f", limit {job.limit}" if job.limit else ""
-    return (
-        f"{job.job_id}\t{job.state}{where}\t{job.model}\t{job.protocol}\t{job.mode}\t"
-        f"dataset {job.dataset_version}{limit}\tlost runs {job.attempts}/{job.max_attempts}{reason}"
+    cells = (
+        job.job_id,
+        f"{job.state}{where}",
+        job.model,
+        job.protocol,
+        job.mode,
+        f"dataset {job.dataset_version}{limit}",
+        f"lost runs {job.attempts}/{job.max_attempts}{reason}",
     )
+    return "\t".join(printable(cell) for cell in cells)
 
 
 def _submit(args: argparse.Namespace) -> int:
+    policy = submit_policy(args)
+    submitter = identify(policy, token=os.environ.get(SUBMITTER_TOKEN_ENV))  # before the upload is read
     store = _store(args)
     queue = _open_queue(args, store, create=True)
-    submission, jobs = submit(args.path, store, queue, limit=args.limit)
+    submission, jobs = submit(args.path, store, queue, limit=args.limit, submitter=submitter, policy=policy)
+    by = f" by {submitter.id}" if submitter is not None else ""
     print(
-        f"submission {submission.name} {submission.version}: archive {submission.sha256[:12]}… stored in "
+        f"submission {submission.name} {submission.version}{by}: archive {submission.sha256[:12]}… stored in "
         f"{store.root}; {len(jobs)} job(s)"
     )
     for job in jobs:
@@ -163,7 +188,7 @@ def _worker(args: argparse.Namespace) -> int:
         )
 
     def report(line: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+        print(printable(f"{time.strftime('%H:%M:%S')} {line}"), flush=True)
 
     handled = worker_module.run_worker(
         queue,
@@ -191,8 +216,7 @@ def _status(args: argparse.Namespace) -> int:
     states = [JobState(s) for s in args.state] if args.state else None
     jobs = queue.jobs(states)
     if args.json:
-        json.dump([job.record() for job in jobs], sys.stdout, indent=2)
-        print()
+        print(printable_json([job.record() for job in jobs], indent=2))
         return 0
     for job in jobs:
         print(_job_line(job, times=True))
@@ -204,21 +228,31 @@ def _status(args: argparse.Namespace) -> int:
 def _logs(args: argparse.Namespace) -> int:
     store = _store(args)
     queue = _open_queue(args, store, create=False)
-    sys.stdout.write(queue.logs(args.job))
+    sys.stdout.write(printable(queue.logs(args.job), newlines=True))  # the stages' output: shown, not obeyed
+    return 0
+
+
+def _add_submitter(args: argparse.Namespace) -> int:
+    tokens = args.submitter_tokens or default_tokens_file()
+    token = add_submitter(tokens, args.name)
+    print(f"submitter token:{args.name}: its token's sha256 added to {tokens}")
+    print(
+        f"token (shown once; the submitter sets ${SUBMITTER_TOKEN_ENV} to it, or gives it to the form): {token}"
+    )
     return 0
 
 
 def _requeue(args: argparse.Namespace) -> int:
     store = _store(args)
     job = _open_queue(args, store, create=False).requeue(args.job)
-    print(f"{job.job_id}: {job.state}")
+    print(printable(f"{job.job_id}: {job.state}"))
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
     store = _store(args)
     job = _open_queue(args, store, create=False).cancel(args.job)
-    print(f"{job.job_id}: {job.state}")
+    print(printable(f"{job.job_id}: {job.state}"))
     return 0
 
 
@@ -364,7 +398,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="score only the first N edits (smoke runs; the results record the limit)",
     )
     _common(s)
+    add_submit_policy_options(s)
     s.set_defaults(func=_submit)
+
+    a = sub.add_parser(
+        "add-submitter",
+        help="make a submitter token (for a deployment with --accounts token)",
+        description="Make a random token for NAME, add its sha256 to the submitter tokens file (the token "
+        "itself is printed once and kept nowhere) and print it. Submissions with it are queued as "
+        "token:NAME, within NAME's quotas. Delete the line from the file to revoke the token.",
+    )
+    a.add_argument("name", metavar="NAME", help="the submitter's name (letters, digits, . _ -)")
+    add_tokens_option(a)
+    a.set_defaults(func=_add_submitter)
 
     w = sub.add_parser(
         "worker",

@@ -13,7 +13,15 @@ import pytest
 import sqlalchemy as sa
 
 from knowgic.runner.intake.submission import Submission, job_keys
-from knowgic.runner.queue.queue import LOG_CAP_BYTES, Job, JobLost, JobQueue, JobState, QueueError
+from knowgic.runner.queue.queue import (
+    LOG_CAP_BYTES,
+    QUEUE_SCHEMA_VERSION,
+    Job,
+    JobLost,
+    JobQueue,
+    JobState,
+    QueueError,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -294,11 +302,32 @@ def test_tables_carry_a_schema_version(queue_url: str) -> None:
     engine = sa.create_engine(url)
     with engine.begin() as connection:
         rows = connection.exec_driver_sql("SELECT key, value FROM knowgic_queue_meta ORDER BY key").all()
-        assert rows == [("queue_id", first.queue_id), ("schema_version", "1")]
+        assert rows == [("queue_id", first.queue_id), ("schema_version", str(QUEUE_SCHEMA_VERSION))]
         connection.exec_driver_sql("UPDATE knowgic_queue_meta SET value = '99' WHERE key = 'schema_version'")
     engine.dispose()
-    with pytest.raises(QueueError, match="has schema version 99; this knowgic uses 1"):
+    with pytest.raises(QueueError, match=f"has schema version 99; this knowgic uses {QUEUE_SCHEMA_VERSION}"):
         JobQueue(url)
+
+
+def test_a_version_1_queue_is_upgraded_in_place(queue_url: str, tmp_path: Path) -> None:
+    """A queue made before jobs had submitters keeps its jobs; they read as queued without an account."""
+    [old] = enqueue(JobQueue(queue_url), fake_submission(tmp_path))
+    engine = sa.create_engine(queue_url)
+    with engine.begin() as connection:  # the tables as version 1 made them
+        connection.exec_driver_sql("DROP INDEX ix_knowgic_jobs_submitter")
+        connection.exec_driver_sql("ALTER TABLE knowgic_jobs DROP COLUMN submitter")
+        connection.exec_driver_sql("DROP TABLE knowgic_submitters")
+        connection.exec_driver_sql("UPDATE knowgic_queue_meta SET value = '1' WHERE key = 'schema_version'")
+    engine.dispose()
+    queue = JobQueue(queue_url)
+    assert queue.get(old.job_id).submitter is None
+    [new] = queue.enqueue(
+        fake_submission(tmp_path, sha="cd" * 32),
+        job_keys(fake_submission(tmp_path, sha="cd" * 32)),
+        submitter="token:alice",
+    )
+    assert queue.get(new.job_id).submitter == "token:alice" and new.record()["submitter"] == "token:alice"
+    assert JobQueue(queue_url).get(old.job_id).state == JobState.PENDING  # opened again: nothing to do
 
 
 @pytest.mark.parametrize(

@@ -26,9 +26,13 @@ import pytest
 from knowgic.runner.intake.submission import submit
 from knowgic.runner.queue.queue import JobQueue, JobState
 from knowgic.runner.store.store import ResultsStore
+from tests.test_accounts import (  # noqa: F401 - quotas under concurrent submissions, on PostgreSQL
+    test_concurrent_submissions_cannot_pass_a_quota_together,
+)
 from tests.test_queue import (  # noqa: F401 - the SQLite scenarios (and their queue fixture), run again here
     queue,
     test_a_job_goes_pending_running_finished,
+    test_a_version_1_queue_is_upgraded_in_place,
     test_claims_never_double_across_processes,
     test_claims_never_double_under_threads,
     test_fail_requeue_cancel,

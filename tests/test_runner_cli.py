@@ -181,7 +181,16 @@ def test_every_runner_option_has_help() -> None:
         if a[0] == "runner"  # type: ignore[union-attr]
     )[1]
     commands = next(a for a in runner._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert set(commands) == {"submit", "worker", "status", "logs", "requeue", "cancel", "build-image"}
+    assert set(commands) == {
+        "submit",
+        "add-submitter",
+        "worker",
+        "status",
+        "logs",
+        "requeue",
+        "cancel",
+        "build-image",
+    }
     for name, sub in commands.items():
         for action in sub._actions:
             if isinstance(action, argparse._HelpAction):

@@ -465,7 +465,7 @@ def run_sweep_command(args: argparse.Namespace) -> int:
 
 def _print_runs_json(documents: list[dict[str, Any]], paths: list[Path], summary: Path | None = None) -> None:
     """Runs as JSON: each run's editor, results file, sha256, config and every metric (value, n, interval)."""
-    import json
+    from knowgic.printable import printable_json
 
     runs = [
         {
@@ -482,12 +482,13 @@ def _print_runs_json(documents: list[dict[str, Any]], paths: list[Path], summary
     report: dict[str, Any] = {"runs": runs}
     if summary is not None:
         report["summary"] = str(summary)
-    print(json.dumps(report, indent=2, ensure_ascii=False))
+    print(printable_json(report, indent=2))
 
 
 def run_summarize(args: argparse.Namespace) -> int:
     from knowgic.evaluation.outputs import write_atomic
     from knowgic.evaluation.sweep import summarized_runs, summary_table
+    from knowgic.printable import printable
 
     if args.out is not None and args.out.exists() and not args.overwrite:
         raise KnowgicError(f"{args.out} exists; pass --overwrite to replace it, or choose another file")
@@ -502,7 +503,7 @@ def run_summarize(args: argparse.Namespace) -> int:
     if args.json:
         _print_runs_json(documents, [f / "results.json" if f.is_dir() else f for f in folders])
     else:
-        print(table)
+        print(printable(table, newlines=True))  # names from results files: shown, never obeyed
     return 0
 
 
@@ -520,7 +521,6 @@ def _run_document(path: Path) -> dict[str, Any]:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    import json
     from dataclasses import asdict
 
     from rich.console import Console
@@ -530,6 +530,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from knowgic.intervals import FEW_EDITS, listing, methods_for
     from knowgic.measure.compare import compare_results
     from knowgic.paired import PAIRED_TEST_BY_KIND
+    from knowgic.printable import plain_cell, printable_json
     from knowgic.spec import benchmark_spec
 
     a, b = _run_document(args.run_a), _run_document(args.run_b)
@@ -549,13 +550,15 @@ def run_compare(args: argparse.Namespace) -> int:
             },
             "differences": [{**asdict(d), "verdict": _verdict(d, None)} for d in differences],
         }
-        print(json.dumps(report, indent=2, ensure_ascii=False))
+        print(printable_json(report, indent=2))
         return 0
     spec = benchmark_spec()
     c = a["config"]
-    table = Table(
-        title=f"B - A | {c['model']} | KnowGIC {a['dataset']['version']} | {c['protocol']} | {c['mode']}",
-        caption=f"A = {c['editor']} ({args.run_a}), B = {b['config']['editor']} ({args.run_b})",
+    table = Table(  # names from the results files: text, never rich markup or terminal escapes
+        title=plain_cell(
+            f"B - A | {c['model']} | KnowGIC {a['dataset']['version']} | {c['protocol']} | {c['mode']}"
+        ),
+        caption=plain_cell(f"A = {c['editor']} ({args.run_a}), B = {b['config']['editor']} ({args.run_b})"),
         title_justify="left",
         caption_justify="left",
     )

@@ -2,9 +2,16 @@
 
 ``submission.yaml`` is at most ``max_manifest_bytes``, parsed as YAML the project's one way
 (:mod:`knowgic.yamlfile`: duplicate keys refused, errors name the line and column) and validated against
-``spec/schemas/submission.schema.json``; then the checks the schema cannot express (the models are hub ids
-or offline names, the requirements are plain specifiers, every hparams file exists and parses, the
-editor's module is in the submission). Errors are one line naming the file, the field and the line.
+``spec/schemas/submission.schema.json``; then the checks the schema cannot express (every string is plain
+text, the models are hub ids or offline names, the requirements are plain specifiers, every hparams file
+exists and parses, the editor's module is in the submission). Errors are one line naming the file, the
+field and the line.
+
+Plain text (:mod:`knowgic.printable`): no control, format or separator character anywhere in the manifest,
+keys included (U+2028 inside a requirement's marker would pass the specifier's grammar and fail pip's
+later; ESC would reach a maintainer's terminal), except line feeds and tabs in ``description`` and in
+inline hyper-parameter values (an in-context editor's template may span lines). A refusal names the
+character, the field and its line.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from knowgic.dataset.schemas import validator
 from knowgic.dataset.versions import available_versions, latest_version
 from knowgic.models.registry import get_offline_model
+from knowgic.printable import MULTILINE, character_name, first_unsafe, printable
 from knowgic.runner.intake.archive import MiB, SubmissionError
 from knowgic.schema_errors import explain, reportable
 from knowgic.spec import benchmark_spec
@@ -89,6 +97,41 @@ def validate_manifest(manifest: Any, manifest_path: Path, shown: str) -> None:
     line = _node_line(manifest_path.read_text(encoding="utf-8"), path)
     at = f" line {line}," if line else ""
     raise SubmissionError(f"{shown}{at} field {pointer}: {explain(errors[0])}")
+
+
+# Fields whose strings may span lines (line feeds and tabs); every other string is one line of plain text.
+_MULTILINE_FIELDS = ("description", "hparams")
+
+
+def check_characters(manifest: dict[str, Any], manifest_path: Path, shown: str) -> None:
+    """Refuse the first string of the manifest (a key or a value, at any depth) holding a character that is
+    not plain text, in one line naming the character, its position, the field and its line."""
+    stack: list[tuple[list[Any], Any]] = [([key], value) for key, value in reversed(manifest.items())]
+    while stack:
+        path, value = stack.pop()
+        texts: list[tuple[list[Any], str, bool]] = []
+        if isinstance(value, str):
+            texts.append((path, value, True))
+        elif isinstance(value, dict):
+            for key, item in reversed(value.items()):
+                texts.append(([*path, key], str(key), False))
+                stack.append(([*path, key], item))
+        elif isinstance(value, list):
+            stack.extend(([*path, index], item) for index, item in reversed(list(enumerate(value))))
+        for where, text, is_value in texts:
+            allow = MULTILINE if is_value and where[0] in _MULTILINE_FIELDS else ""
+            found = first_unsafe(text, allow)
+            if found is None:
+                continue
+            index, character = found
+            line = _node_line(manifest_path.read_text(encoding="utf-8"), where)
+            at = f" line {line}," if line else ""
+            kind = "value" if is_value else "key"
+            raise SubmissionError(
+                f"{shown}{at} field {printable('/'.join(map(str, where)))}: character {character_name(character)} at "
+                f"position {index + 1} of the {kind} '{printable(text[:120])}': a manifest holds plain text "
+                "only (no control, format or separator characters)"
+            )
 
 
 def _resolve_inside(root: Path, relative: str, shown: str, what: str) -> Path:

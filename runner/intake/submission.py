@@ -17,15 +17,18 @@ from typing import TYPE_CHECKING, Any
 from knowgic.runner.intake.archive import SubmissionError, SubmissionLimits, unpack, write_normalised_archive
 from knowgic.runner.intake.manifest import (
     MANIFEST_NAME,
+    check_characters,
     check_manifest,
     hparams_for,
     manifest_root,
     read_yaml_file,
     validate_manifest,
 )
-from knowgic.runner.queue.keys import JobKey
+from knowgic.runner.queue.keys import JobKey, QuotaExceeded
 
 if TYPE_CHECKING:
+    from knowgic.runner.intake.accounts import Submitter
+    from knowgic.runner.options import SubmitPolicy
     from knowgic.runner.queue.queue import Job, JobQueue
     from knowgic.runner.store.store import ResultsStore
 
@@ -80,6 +83,7 @@ def load_submission(path: str | Path, workdir: Path, limits: SubmissionLimits = 
     manifest_path = root / MANIFEST_NAME
     raw = read_yaml_file(manifest_path, shown, limits.max_manifest_bytes)
     validate_manifest(raw, manifest_path, shown)
+    check_characters(raw, manifest_path, shown)
     manifest = check_manifest(raw, root, shown)
     archive = workdir / "submission.tar.gz"
     sha = write_normalised_archive(root, archive)
@@ -107,20 +111,32 @@ def submit(
     limit: int | None = None,
     workdir: Path | None = None,
     limits: SubmissionLimits = DEFAULT_LIMITS,
+    submitter: Submitter | None = None,
+    policy: SubmitPolicy | None = None,
 ) -> tuple[Submission, list[Job]]:
-    """Validate a submission, store its normalised archive and enqueue its jobs.
+    """Validate a submission, store its normalised archive and enqueue its jobs for ``submitter``.
 
-    Without ``workdir`` the unpacked copy is removed afterwards and the returned ``archive`` is the
-    store's copy. ``limit`` (smoke runs only) scores the first N cases.
+    Under a ``policy`` that requires accounts, an anonymous submission is refused before the upload is
+    read, and one whose jobs would take its submitter over a quota before the archive is stored (the
+    queue checks again as it inserts them, atomically). Without ``workdir`` the unpacked copy is removed
+    afterwards and the returned ``archive`` is the store's copy. ``limit`` (smoke runs only) scores the
+    first N cases.
     """
+    submitter_id = submitter.id if submitter is not None else None
+    refusal = policy.refusal(submitter_id) if policy is not None else None
+    if refusal is not None:
+        raise QuotaExceeded(refusal)
     own = workdir is None
     work = Path(tempfile.mkdtemp(prefix="knowgic-submit-")) if own else Path(workdir)  # type: ignore[arg-type]
     try:
         submission = load_submission(path, work, limits)
+        keys = job_keys(submission, limit)
+        if policy is not None:
+            queue.check_quotas(submission, keys, submitter=submitter_id, policy=policy)
         sha = store.put_submission(submission.archive)
         if sha != submission.sha256:  # pragma: no cover - the store hashes the same bytes
             raise SubmissionError(f"stored archive hash {sha} differs from {submission.sha256}")
-        jobs = queue.enqueue(submission, job_keys(submission, limit))
+        jobs = queue.enqueue(submission, keys, submitter=submitter_id, policy=policy)
         if own:
             stored = store.submission_path(sha)
             assert stored is not None

@@ -13,6 +13,11 @@ class QueueError(KnowgicError):
     """Bad use of the queue: unknown job, a transition its state does not allow, an unusable database."""
 
 
+class QuotaExceeded(QueueError):
+    """A submission refused because its submitter has no account where one is required, or would go over
+    a quota; the message names the quota."""
+
+
 @dataclass(frozen=True)
 class JobKey:
     """What one job is: a submission on one model, protocol, mode, dataset version and limit. The intake

@@ -20,6 +20,13 @@ keep their clocks synchronised (NTP), and the grace period should be well above 
 
 The time a job spends in each state is recorded (``state_seconds``), and each job keeps a log capped at
 ``LOG_CAP_BYTES``: when it overflows, the oldest text is dropped and a marker says how much.
+
+Each job records its submitter (``token:NAME``, ``huggingface:USER``, or none on a deployment without
+accounts). Quotas per submitter (:class:`knowgic.runner.options.Quotas`: jobs per day, open jobs) are
+enforced in the transaction that inserts a submission's jobs, after it locks the submitter's row of
+``knowgic_submitters`` (an ``UPDATE``: on PostgreSQL two submissions of one submitter wait for each other;
+on SQLite every write transaction already does), so concurrent submissions cannot pass a quota together.
+A submission is queued whole or not at all.
 """
 
 from __future__ import annotations
@@ -38,16 +45,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from knowgic.runner.options import queue_url
-from knowgic.runner.queue.keys import JobKey, QueueError
+from knowgic.runner.options import SubmitPolicy, queue_url
+from knowgic.runner.queue.keys import JobKey, QueueError, QuotaExceeded
 from knowgic.runner.queue.states import TERMINAL_STATES, JobState
 
 if TYPE_CHECKING:
     from knowgic.runner.store.store import ResultsStore
 
-QUEUE_SCHEMA_VERSION = 1
+QUEUE_SCHEMA_VERSION = 2  # 2: jobs.submitter and knowgic_submitters
 DEFAULT_MAX_ATTEMPTS = 3
 LOG_CAP_BYTES = 256 * 1024
+_DAY_SECONDS = 24 * 3600.0
 
 
 class Enqueued(Protocol):
@@ -93,6 +101,7 @@ class Job:
     results_sha256: str | None
     limit: int | None = None
     manifest: dict[str, Any] | None = None
+    submitter: str | None = None  # token:NAME, huggingface:USER; None without accounts
 
     def record(self) -> dict[str, Any]:
         """The job as JSON-ready data (what the results store keeps with a verified run)."""
@@ -134,6 +143,15 @@ _jobs = sa.Table(
     sa.Column("results_sha256", sa.String(64), nullable=True),
     sa.Column("log", sa.Text, nullable=False, default=""),
     sa.Column("log_dropped", sa.Integer, nullable=False, default=0),
+    sa.Column("submitter", sa.String(128), nullable=True, index=True),
+)
+# One row per submitter: the row an enqueue locks, so that two submissions of one submitter are counted
+# against the quotas one after the other.
+_submitters = sa.Table(
+    "knowgic_submitters",
+    _metadata,
+    sa.Column("submitter", sa.String(128), primary_key=True),
+    sa.Column("last_enqueued_at", sa.Float, nullable=False),
 )
 _meta = sa.Table(
     "knowgic_queue_meta",
@@ -238,6 +256,8 @@ class JobQueue:
                         connection.execute(
                             sa.insert(_meta).values(key="schema_version", value=str(QUEUE_SCHEMA_VERSION))
                         )
+                    elif row.value == "1":
+                        self._upgrade_from_1(connection)
                     elif row.value != str(QUEUE_SCHEMA_VERSION):
                         raise QueueError(
                             f"queue database {self!r} has schema version {row.value}; this knowgic uses "
@@ -257,6 +277,18 @@ class JobQueue:
                 if attempt == 2:
                     raise
                 time.sleep(0.2)
+
+    @staticmethod
+    def _upgrade_from_1(connection: Connection) -> None:
+        """Schema 1 -> 2: each job's submitter (none for the jobs queued before; knowgic_submitters was made
+        by ``create_all``). In the migration's transaction: a second process waits, fails, and retries."""
+        connection.execute(sa.text("ALTER TABLE knowgic_jobs ADD COLUMN submitter VARCHAR(128)"))
+        for index in _jobs.indexes:
+            if "submitter" in index.columns:
+                index.create(connection, checkfirst=True)
+        connection.execute(
+            sa.update(_meta).where(_meta.c.key == "schema_version").values(value=str(QUEUE_SCHEMA_VERSION))
+        )
 
     def _row(self, connection: Connection, job_id: str) -> Any:
         row = connection.execute(sa.select(_jobs).where(_jobs.c.job_id == job_id)).first()
@@ -293,6 +325,7 @@ class JobQueue:
             results_sha256=row.results_sha256,
             limit=row.case_limit,
             manifest=json.loads(row.manifest),
+            submitter=row.submitter,
         )
 
     @staticmethod
@@ -361,32 +394,131 @@ class JobQueue:
         return self._unclaim(connection, row, now, guard=guard, attempts=attempts)
 
     # -- submitting and reading -----------------------------------------------------------------------
-    def enqueue(self, submission: Enqueued, keys: Sequence[JobKey]) -> list[Job]:
-        """One PENDING job per key (the intake fans a submission out into keys); a job already queued is
-        returned as is."""
+    def enqueue(
+        self,
+        submission: Enqueued,
+        keys: Sequence[JobKey],
+        *,
+        submitter: str | None = None,
+        policy: SubmitPolicy | None = None,
+    ) -> list[Job]:
+        """One PENDING job per key (the intake fans a submission out into keys), recorded with its
+        ``submitter``; a job already queued is returned as is. Under a ``policy`` that requires accounts, an
+        anonymous submission is refused, and a submitter's new jobs must fit each of its quotas, counted in
+        the inserting transaction: all of them are queued, or none (:class:`QuotaExceeded`, one line naming
+        the quota)."""
         foreign = [k for k in keys if k.submission_sha256 != submission.sha256]
         if foreign:
             raise QueueError(f"job key {foreign[0]} is not one of submission {submission.sha256[:12]}…")
+        refusal = policy.refusal(submitter) if policy is not None else None
+        if refusal is not None:
+            raise QuotaExceeded(refusal)
         ids = [job_id_for(submission.name, submission.version, asdict(key)) for key in keys]
         for attempt in range(3):
             try:
-                self._insert_jobs(submission, keys, ids)
+                self._insert_jobs(submission, keys, ids, submitter, policy)
                 break
             except sa.exc.IntegrityError:
-                # The same submission enqueued at the same moment elsewhere (PostgreSQL): look again.
+                # The same submission, or a first one of the same submitter, enqueued at the same moment
+                # elsewhere (PostgreSQL): look again.
                 if attempt == 2:
                     raise
         return [self.get(job_id) for job_id in ids]
 
-    def _insert_jobs(self, submission: Enqueued, keys: Sequence[JobKey], ids: list[str]) -> None:
+    def check_quotas(
+        self, submission: Enqueued, keys: Sequence[JobKey], *, submitter: str | None, policy: SubmitPolicy
+    ) -> None:
+        """What :meth:`enqueue` would refuse, checked without queueing (before a submission is stored):
+        :class:`QuotaExceeded` with its line, else nothing. :meth:`enqueue` checks again, atomically."""
+        refusal = policy.refusal(submitter)
+        if refusal is not None:
+            raise QuotaExceeded(refusal)
+        if submitter is None:
+            return
+        ids = [job_id_for(submission.name, submission.version, asdict(key)) for key in keys]
+        with self._transaction() as connection:
+            existing = set(
+                connection.execute(sa.select(_jobs.c.job_id).where(_jobs.c.job_id.in_(ids))).scalars()
+            )
+            new = len([job_id for job_id in ids if job_id not in existing])
+            if new:
+                self._check_quotas(connection, submitter, policy, new, time.time())
+
+    @staticmethod
+    def _lock_submitter(connection: Connection, submitter: str, now: float) -> None:
+        """Lock the submitter's row until the transaction ends (made on its first submission)."""
+        updated = connection.execute(
+            sa.update(_submitters).where(_submitters.c.submitter == submitter).values(last_enqueued_at=now)
+        )
+        if updated.rowcount == 0:
+            connection.execute(sa.insert(_submitters).values(submitter=submitter, last_enqueued_at=now))
+
+    @staticmethod
+    def _check_quotas(
+        connection: Connection, submitter: str, policy: SubmitPolicy, new: int, now: float
+    ) -> None:
+        """Raise :class:`QuotaExceeded` when ``new`` more jobs would take ``submitter`` over a quota."""
+        quotas, mine = policy.quotas, _jobs.c.submitter == submitter
+        if quotas.open_jobs:
+            open_states = [str(JobState.PENDING), str(JobState.RUNNING)]
+            count = connection.execute(
+                sa.select(sa.func.count()).select_from(_jobs).where(mine, _jobs.c.state.in_(open_states))
+            ).scalar_one()
+            if count + new > quotas.open_jobs:
+                raise QuotaExceeded(
+                    f"submitter {submitter} is over the quota of {quotas.describe('open_jobs')}: "
+                    f"{count} PENDING or RUNNING, and this submission adds {new}; "
+                    + (
+                        "submit fewer models, protocols or modes at once"
+                        if new > quotas.open_jobs
+                        else "submit again when some have finished"
+                    )
+                )
+        if quotas.jobs_per_day:
+            since = now - _DAY_SECONDS
+            times = (
+                connection.execute(
+                    sa.select(_jobs.c.created_at)
+                    .where(mine, _jobs.c.created_at > since)
+                    .order_by(_jobs.c.created_at)
+                )
+                .scalars()
+                .all()
+            )
+            over = len(times) + new - quotas.jobs_per_day
+            if over > 0:
+                if new > quotas.jobs_per_day:
+                    when = "submit fewer models, protocols or modes at once"
+                else:  # the moment enough of the day's jobs are a day old
+                    free_at = _utc(times[over - 1] + _DAY_SECONDS)
+                    assert free_at is not None
+                    when = f"submit again after {free_at.isoformat(timespec='minutes')}"
+                raise QuotaExceeded(
+                    f"submitter {submitter} is over the quota of {quotas.describe('jobs_per_day')}: "
+                    f"{len(times)} queued in the last 24 hours, and this submission adds {new}; {when}"
+                )
+
+    def _insert_jobs(
+        self,
+        submission: Enqueued,
+        keys: Sequence[JobKey],
+        ids: list[str],
+        submitter: str | None,
+        policy: SubmitPolicy | None,
+    ) -> None:
         manifest = submission.manifest
         with self._transaction() as connection:
-            seq = connection.execute(sa.select(sa.func.coalesce(sa.func.max(_jobs.c.seq), 0))).scalar_one()
             now = time.time()
-            for key, job_id in zip(keys, ids, strict=True):
-                exists = connection.execute(sa.select(_jobs.c.job_id).where(_jobs.c.job_id == job_id)).first()
-                if exists is not None:
-                    continue
+            if submitter is not None:
+                self._lock_submitter(connection, submitter, now)  # first: the counts below are then ours
+            existing = set(
+                connection.execute(sa.select(_jobs.c.job_id).where(_jobs.c.job_id.in_(ids))).scalars()
+            )
+            new = [(key, job_id) for key, job_id in zip(keys, ids, strict=True) if job_id not in existing]
+            if submitter is not None and policy is not None and new:
+                self._check_quotas(connection, submitter, policy, len(new), now)
+            seq = connection.execute(sa.select(sa.func.coalesce(sa.func.max(_jobs.c.seq), 0))).scalar_one()
+            for key, job_id in new:
                 seq += 1
                 connection.execute(
                     sa.insert(_jobs).values(
@@ -410,6 +542,7 @@ class JobQueue:
                         state_seconds="{}",
                         log="",
                         log_dropped=0,
+                        submitter=submitter,
                     )
                 )
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from knowgic.errors import KnowgicError
+from knowgic.jsonbounds import loads_bounded
 from knowgic.schema_errors import first_error_line
 
 if TYPE_CHECKING:
@@ -236,10 +237,8 @@ class EditRequests:
 
 
 def read_sidecar(data: bytes, name: str) -> dict[str, Any]:
-    """A delta sidecar's JSON, validated against ``spec/schemas/delta_sidecar.schema.json``."""
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise KnowgicError(f"delta sidecar {name} is not valid JSON: {exc}") from None
+    """A delta sidecar's JSON, nested at most :data:`knowgic.jsonbounds.MAX_DEPTH` levels (checked before
+    anything walks it) and validated against ``spec/schemas/delta_sidecar.schema.json``."""
+    document = loads_bounded(data, f"delta sidecar {name}")
     check_document(document, "delta_sidecar", f"delta sidecar {name} breaks the delta schema")
     return document

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from knowgic.errors import KnowgicError
+from knowgic.jsonbounds import MAX_DEPTH
 from knowgic.recompute import check_results
 from knowgic.spec import benchmark_spec
 
@@ -44,7 +45,7 @@ class StoreLimits:
     entry_bytes: int = 1024 * 1024  # an entry file (manifest and job record)
     string_chars: int = 256 * 1024  # any one string value
     items: int = 100_000  # members of any one array or object
-    depth: int = 32  # nesting of arrays and objects
+    depth: int = MAX_DEPTH  # nesting of arrays and objects (knowgic.jsonbounds: the runner's one bound)
 
 
 LIMITS = StoreLimits()

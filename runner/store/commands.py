@@ -5,16 +5,20 @@ knowgic store add RESULTS...     verify each results.json (sizes, schema, hash, 
 knowgic store list               every run (verified only with a trusted signature) and skipped file
 knowgic store keygen [--key P]   a worker's Ed25519 signing key; its public line joins the trusted keys
 knowgic store trust KEY.pub      add a worker's public key to this host's trusted keys
+
+Whatever a store holds is printed as text: every value from an entry, a results file or a reason passes
+:func:`knowgic.printable.printable` (terminal escapes, separators and bidirectional controls shown as escapes),
+and ``--json`` writes them as JSON escapes.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from knowgic.argtypes import add_subcommands
 from knowgic.errors import KnowgicError
+from knowgic.printable import printable, printable_json
 from knowgic.runner.options import add_store_option, store_root
 from knowgic.runner.store.signing import (
     TrustedKeys,
@@ -41,8 +45,10 @@ def _add(args: argparse.Namespace) -> int:
         added += new
         state = "added" if new else "already in the store"
         print(
-            f"{state}: {entry.entry_id} ({config['model']}, {config['editor']}, {config['protocol']}, "
-            f"{config['mode']}) from {path}"
+            printable(
+                f"{state}: {entry.entry_id} ({config['model']}, {config['editor']}, {config['protocol']}, "
+                f"{config['mode']}) from {path}"
+            )
         )
     print(f"{added} of {len(paths)} run(s) added to {store.root}")
     return 0
@@ -63,6 +69,8 @@ def _list(args: argparse.Namespace) -> int:
                     "entry_id": e.entry_id,
                     "source": e.source,
                     "trust": e.trust,
+                    "warning": e.warning,
+                    "submitter": e.submitter,
                     "model": e.summary["config"]["model"],
                     "editor": e.summary["config"]["editor"],
                     "protocol": e.summary["config"]["protocol"],
@@ -77,19 +85,26 @@ def _list(args: argparse.Namespace) -> int:
             ],
             "skipped": [{"path": str(k.path), "reason": k.reason} for k in scan.skipped],
         }
-        print(json.dumps(report, indent=2, ensure_ascii=False))
+        print(printable_json(report, indent=2))
         return 0
     for entry in scan.entries:
         config = entry.summary["config"]
-        print(
-            f"{entry.entry_id}\t{entry.source}\t{config['model']}\t{config['editor']}\t{config['protocol']}\t"
-            f"{config['mode']}\t{entry.summary['dataset']['version']}\t{entry.results_sha256[:12]}"
+        cells = (
+            entry.entry_id,
+            entry.source,
+            config["model"],
+            config["editor"],
+            config["protocol"],
+            config["mode"],
+            entry.summary["dataset"]["version"],
+            entry.results_sha256[:12],
         )
+        print("\t".join(printable(str(cell)) for cell in cells))
     for entry in scan.entries:
-        if entry.source == "local" and entry.trust.startswith("shown as local"):
-            print(f"note: {entry.entry_id}: {entry.trust}")
+        if entry.warning is not None:
+            print(printable(f"note: {entry.entry_id}: {entry.trust}"))
     for skipped in scan.skipped:
-        print(f"skipped: {skipped.path}: {skipped.reason}")
+        print(printable(f"skipped: {skipped.path}: {skipped.reason}"))
     verified = sum(e.source == "verified" for e in scan.entries)
     print(
         f"{len(scan.entries)} run(s) ({verified} verified), {len(scan.skipped)} skipped file(s) in {store.root}"

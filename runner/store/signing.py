@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from knowgic.errors import KnowgicError
+from knowgic.runner.options import config_dir
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -46,18 +47,14 @@ MESSAGE_PREFIX = b"knowgic-store-entry-v1\n"  # domain separation: this key sign
 _SSH_TYPE = "ssh-ed25519"
 
 
-def _config_dir() -> Path:
-    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "knowgic"
-
-
 def default_signing_key_path() -> Path:
     """``$KNOWGIC_SIGNING_KEY``, else ``$XDG_CONFIG_HOME/knowgic/signing-key``."""
-    return Path(os.environ.get(SIGNING_KEY_ENV) or _config_dir() / "signing-key")
+    return Path(os.environ.get(SIGNING_KEY_ENV) or config_dir() / "signing-key")
 
 
 def default_trusted_keys_path() -> Path:
     """``$KNOWGIC_TRUSTED_KEYS``, else ``$XDG_CONFIG_HOME/knowgic/trusted-keys``."""
-    return Path(os.environ.get(TRUSTED_KEYS_ENV) or _config_dir() / "trusted-keys")
+    return Path(os.environ.get(TRUSTED_KEYS_ENV) or config_dir() / "trusted-keys")
 
 
 def add_signing_key_option(parser: argparse.ArgumentParser) -> None:

@@ -22,10 +22,23 @@ name exists: a second writer can never replace what a first one stored. Reading 
 :meth:`ResultsStore.scan` puts malformed, forged (hash does not match content or name), unreadable or
 dangling files, and results files that no entry names, into ``skipped`` with a reason a person can act on.
 
+Nothing read is believed for its name, its size or its modification time either. Every results file and
+submission archive is hashed against what its entry names when it is read: a listing (``scan``, which
+``knowgic store list`` and the leaderboard read) hashes each file once per change of its *stat key*
+(device, inode, size, modification and change time: the kernel sets the change time on every write and
+every ``utime``, so an edit whose modification time was put back still changes the key; a file changed less
+than ``RACY_SECONDS`` before it was hashed is hashed again next time, since a second change within the
+clock's granularity could leave the key as it was), and serving a file (:attr:`StoreEntry.document`,
+:meth:`ResultsStore.submission_path`) hashes it in full every time. A submission archive whose bytes no
+longer hash to the sha256 its entry names (another archive copied over it) makes its run *local*, with the
+reason, and is never served; a results file that holds another valid results document than its entry names
+(edited, its own sha256 recomputed) makes its run local, with the reason, and one that fails a check is
+skipped.
+
 Verifying a full results file (schema, hash, recomputed metrics) costs most of a second, so a store of
 thousands of runs remembers what it verified: per process in memory, and across processes as small summary
-files in the user cache (never in the store) keyed by the file's sha256, size, modification time and the
-checks' version. A file changed on disk after it was verified gets new stat values and is verified again.
+files in the user cache (never in the store) keyed by the sha256 of the file's bytes and the checks'
+version, so a summary is only ever reused for the very bytes it was made from.
 ``scan(verify=False)`` returns at once with what is already verified and lists the rest as ``unverified``,
 for a reader that verifies them in the background (the leaderboard).
 """
@@ -39,11 +52,13 @@ import multiprocessing
 import os
 import re
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import jsonschema
@@ -68,6 +83,9 @@ STORE_VERSION = 1
 SOURCES = ("verified", "local")
 # Bumped whenever the checks a results file passes change: summaries verified by older checks are redone.
 CHECKS_VERSION = 2
+# A file changed this recently when it was hashed may change again within the clock's granularity without
+# changing its stat key: its hash is not remembered (git's "racy" rule).
+RACY_SECONDS = 2.0
 # Parts of a results document that a table row needs; per-edit records and chains are read on demand.
 _ENTRY_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -83,12 +101,59 @@ def default_store_root() -> Path:
     return store_root(None)
 
 
-def file_sha256(path: Path) -> str:
+# The cheap check of a file: (device, inode, size, mtime_ns, ctime_ns).
+FileStat = tuple[int, int, int, int, int]
+
+
+def _file_stat(stat: os.stat_result) -> FileStat:
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+def _stable(before: os.stat_result, after: os.stat_result) -> FileStat | None:
+    """The stat key to remember a hash by: None when the file changed while it was read, or so recently
+    that another change could leave the key as it is."""
+    key = _file_stat(before)
+    if key != _file_stat(after):
+        return None
+    changed = max(before.st_mtime_ns, before.st_ctime_ns) / 1e9
+    return key if time.time() - changed > RACY_SECONDS else None
+
+
+def _read_hashed(path: Path, what: str, max_bytes: int) -> tuple[bytes, str, FileStat | None]:
+    """The bytes of ``path`` (refused before reading when over ``max_bytes``), their sha256, and the stat
+    key to remember that hash by (:func:`_stable`). Raises :class:`StoreFileError`."""
+    try:
+        with path.open("rb") as handle:
+            before = os.fstat(handle.fileno())
+            if before.st_size > max_bytes:
+                raise StoreFileError(
+                    f"{what} {path} is {before.st_size:,} bytes; the store accepts at most {max_bytes:,}"
+                )
+            data = handle.read(max_bytes + 1)
+            after = os.fstat(handle.fileno())
+    except FileNotFoundError:
+        raise StoreFileError(f"{what} {path} is missing") from None
+    except OSError as exc:
+        raise StoreFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:  # grew while being read
+        raise StoreFileError(f"{what} {path} is over {max_bytes:,} bytes; the store accepts at most that")
+    return data, hashlib.sha256(data).hexdigest(), _stable(before, after)
+
+
+def _hash_file(path: Path, what: str) -> tuple[str, FileStat | None]:
+    """The sha256 of a file's bytes, streamed, and the stat key to remember it by (:func:`_stable`)."""
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    try:
+        with path.open("rb") as handle:
+            before = os.fstat(handle.fileno())
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+            after = os.fstat(handle.fileno())
+    except FileNotFoundError:
+        raise StoreFileError(f"{what} {path} is missing") from None
+    except OSError as exc:
+        raise StoreFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    return digest.hexdigest(), _stable(before, after)
 
 
 def local_entry_id(results_sha256: str) -> str:
@@ -124,11 +189,23 @@ class StoreEntry:
     path: Path
     results_file: Path
     trust: str = ""  # who signed a verified entry, or why an entry is read as local
+    # Why the run is shown as local although its entry claims more, or why its files disagree with its
+    # entry (a replaced archive, other results); None when nothing is wrong.
+    warning: str | None = None
 
     @property
     def document(self) -> dict[str, Any]:
-        """The full results document, read and verified again (every check of :mod:`knowgic.runner.store.checks`)."""
+        """The full results document, read, hashed and verified again (every check of
+        :mod:`knowgic.runner.store.checks`); raises :class:`StoreFileError` when the file no longer holds
+        the results this entry was listed with."""
         return _read_results(self.results_file, expected_sha=self.results_sha256)
+
+    @property
+    def submitter(self) -> str | None:
+        """Who submitted the run (``token:NAME``, ``huggingface:USER``), as its job record says; None for a
+        local run and for a job queued without an account."""
+        value = (self.job or {}).get("submitter")
+        return value if isinstance(value, str) else None
 
 
 @dataclass
@@ -176,8 +253,18 @@ def _read_json(path: Path, what: str, max_bytes: int) -> Any:
         raise StoreFileError(str(exc)) from None
 
 
+def _verify_bytes(data: bytes, path: Path) -> ResultsDocument:
+    try:
+        document = parse_json(data, f"results file {path}")
+    except CheckFailed as exc:
+        raise StoreFileError(str(exc)) from None
+    return _verify_document(document, str(path))
+
+
 def _read_results(path: Path, expected_sha: str) -> ResultsDocument:
-    document = _verify_document(_read_json(path, "results file", LIMITS.file_bytes), str(path))
+    """The results file at ``path``, hashed and verified in full; its document must be ``expected_sha``."""
+    data, _, _ = _read_hashed(path, "results file", LIMITS.file_bytes)
+    document = _verify_bytes(data, path)
     if document.sha256 != expected_sha:
         raise StoreFileError(
             f"{path}: its content hash {document.sha256[:12]}… is not the one its name/entry gives"
@@ -189,22 +276,20 @@ def _summary(document: ResultsDocument) -> dict[str, Any]:
     return dict(document.summary())
 
 
-def _verify_in_child(
-    results_file: str, sha: str
-) -> tuple[tuple[str, int, int] | None, dict[str, Any] | None, str | None]:
-    """In a worker process: every check of a results file; its stat key and summary, or why it fails."""
+def _verify_in_child(results_file: str) -> tuple[str | None, dict[str, Any] | None, str | None]:
+    """In a worker process: every check of a results file; the sha256 of the bytes it checked and their
+    summary, or why they fail."""
     path = Path(results_file)
     try:
-        stat = path.stat()
-    except OSError:
+        data, digest, _ = _read_hashed(path, "results file", LIMITS.file_bytes)
+    except StoreFileError:
         return None, None, None  # the reader says why when it looks again
-    key = (sha, stat.st_size, stat.st_mtime_ns)
     try:
-        return key, _summary(_read_results(path, sha)), None
+        return digest, _summary(_verify_bytes(data, path)), None
     except StoreFileError as exc:
-        return key, None, str(exc)
+        return digest, None, str(exc)
     except Exception as exc:  # a hostile file must not stop the reader: it is skipped, with the reason
-        return key, None, f"{path}: cannot verify it: {type(exc).__name__}: {exc}"
+        return digest, None, f"{path}: cannot verify it: {type(exc).__name__}: {exc}"
 
 
 def _now() -> str:
@@ -226,10 +311,13 @@ class ResultsStore:
         # Summaries of verified results files, shared by every process of this user.
         self._cache_root = verified_cache
         self._trusted = trusted_keys
-        self._memo: dict[tuple[str, int, int], dict[str, Any]] = {}
-        self._failed: dict[tuple[str, int, int], str] = {}  # results files that failed, and why
-        # Entry files by (name, size, mtime): the checked record and why it is (not) verified.
-        self._records: dict[tuple[str, int, int], tuple[dict[str, Any], str | None]] = {}
+        # Summaries of verified results, and why results failed, by the sha256 of the bytes checked.
+        self._memo: dict[str, dict[str, Any]] = {}
+        self._failed: dict[str, str] = {}
+        # The sha256 of each file hashed, with the stat key it was hashed under (see the module docstring).
+        self._digests: dict[str, tuple[FileStat, str]] = {}
+        # Entry files by path: their stat key, the checked record and why it is (not) verified.
+        self._records: dict[Path, tuple[FileStat, tuple[dict[str, Any], str | None]]] = {}
 
     @property
     def trusted_keys(self) -> TrustedKeys:
@@ -260,11 +348,55 @@ class ResultsStore:
     def entry_path(self, entry_id: str) -> Path:
         return self.entries_dir / f"{entry_id}.json"
 
-    def submission_path(self, sha256: str) -> Path | None:
+    def _archive_file(self, sha256: str) -> tuple[Path, os.stat_result] | None:
+        """The file stored under ``sha256`` and its stat (not hashed)."""
         for suffix in _ARCHIVE_SUFFIXES:
             path = self.submissions_dir / f"{sha256}{suffix}"
-            if path.is_file():
-                return path
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            if S_ISREG(stat.st_mode):
+                return path, stat
+        return None
+
+    def submission_path(self, sha256: str) -> Path | None:
+        """The submission archive stored under ``sha256``, hashed in full now: None when it is missing or its
+        bytes no longer hash to ``sha256`` (another archive copied over it), so a replaced archive is never
+        served or run. :meth:`submission_problem` says which."""
+        found = self._archive_file(sha256)
+        if found is None:
+            return None
+        path = found[0]
+        try:
+            digest, stat = _hash_file(path, "submission archive")
+        except StoreFileError:
+            return None
+        self._remember_digest(path, stat, digest)
+        return path if digest == sha256 else None
+
+    def submission_problem(self, sha256: str, *, full: bool = True) -> str | None:
+        """Why the archive stored under ``sha256`` cannot be believed (missing, unreadable, or its bytes hash
+        to another sha256), or None. ``full=False``: hash only when its stat key changed since the last
+        time (what a listing does)."""
+        found = self._archive_file(sha256)
+        if found is None:
+            return f"its submission archive {sha256[:12]}… is missing"
+        return self._archive_mismatch(sha256, *found, full=full)
+
+    def _archive_mismatch(self, sha256: str, path: Path, stat: os.stat_result, *, full: bool) -> str | None:
+        digest = None if full else self._known_digest(path, stat)
+        if digest is None:
+            try:
+                digest, key = _hash_file(path, "submission archive")
+            except StoreFileError as exc:
+                return str(exc)
+            self._remember_digest(path, key, digest)
+        if digest != sha256:
+            return (
+                f"its submission archive {path.name[:12]}…{''.join(path.suffixes)} holds other bytes (sha256 "
+                f"{digest[:12]}…) than the {sha256[:12]}… its entry names: replaced after it was stored"
+            )
         return None
 
     # -- writing --------------------------------------------------------------------------------------
@@ -327,7 +459,10 @@ class ResultsStore:
         except OSError as exc:
             raise KnowgicError(f"cannot read submission archive {path}: {exc.strerror or exc}") from None
         sha = hashlib.sha256(data).hexdigest()
-        self._create(self.submissions_dir / f"{sha}{suffix}", data)
+        if not self._create(self.submissions_dir / f"{sha}{suffix}", data):
+            problem = self.submission_problem(sha)
+            if problem is not None:
+                raise KnowgicError(f"the store already holds a damaged file under this name: {problem}")
         return sha
 
     def _add_entry(self, record: dict[str, Any]) -> StoreEntry:
@@ -401,52 +536,73 @@ class ResultsStore:
         )
 
     # -- reading --------------------------------------------------------------------------------------
-    def _stat_key(self, path: Path, sha: str) -> tuple[str, int, int]:
-        try:
-            stat = path.stat()
-        except FileNotFoundError:
-            raise StoreFileError(f"results file {path} is missing") from None
-        except OSError as exc:
-            raise StoreFileError(f"cannot read results file {path}: {exc.strerror or exc}") from None
-        return (sha, stat.st_size, stat.st_mtime_ns)
+    def _known_digest(self, path: Path, stat: os.stat_result | None = None) -> str | None:
+        """The sha256 of ``path``'s bytes when it was hashed before and its stat key (``stat``, else read
+        now) is unchanged since."""
+        known = self._digests.get(str(path))
+        if known is None:
+            return None
+        if stat is None:
+            try:
+                stat = path.stat()
+            except OSError:
+                return None
+        return known[1] if known[0] == _file_stat(stat) else None
 
-    def _cache_file(self, key: tuple[str, int, int]) -> Path:
-        sha, size, mtime = key
-        return self._summary_cache_dir() / f"{sha}-{size}-{mtime}-c{CHECKS_VERSION}.json"
+    def _remember_digest(self, path: Path, stat: FileStat | None, digest: str) -> None:
+        if stat is None:  # hashed while it changed, or just after: hash it again next time
+            self._digests.pop(str(path), None)
+        else:
+            self._digests[str(path)] = (stat, digest)
 
-    def _cached_summary(self, key: tuple[str, int, int]) -> dict[str, Any] | None:
-        """The summary of a results file verified earlier (this process or another), or None; raises
-        :class:`StoreFileError` again for a file that failed in this process (unchanged since)."""
-        if key in self._memo:
-            return self._memo[key]
-        if key in self._failed:
-            raise StoreFileError(self._failed[key])
+    def _cache_file(self, digest: str) -> Path:
+        return self._summary_cache_dir() / f"{digest}-c{CHECKS_VERSION}.json"
+
+    def _cached_summary(self, digest: str) -> dict[str, Any] | None:
+        """The summary of results bytes with sha256 ``digest`` verified earlier (this process or another),
+        or None; raises :class:`StoreFileError` again for bytes that failed in this process."""
+        if digest in self._memo:
+            return self._memo[digest]
+        if digest in self._failed:
+            raise StoreFileError(self._failed[digest])
         try:
-            cached = json.loads(self._cache_file(key).read_bytes())
+            cached = json.loads(self._cache_file(digest).read_bytes())
         except (OSError, ValueError):
             return None
-        if isinstance(cached, dict) and cached.get("sha256") == key[0]:
-            self._memo[key] = cached
+        if isinstance(cached, dict) and isinstance(cached.get("sha256"), str) and "config" in cached:
+            self._memo[digest] = cached
             return cached
         return None
 
-    def _verified_summary(self, path: Path, sha: str) -> dict[str, Any]:
-        """The summary of a results file, verified once per (sha256, size, mtime, checks version)."""
-        key = self._stat_key(path, sha)
-        summary = self._cached_summary(key)
-        if summary is not None:
+    def _results_summary(self, path: Path, *, verify: bool = True) -> dict[str, Any] | None:
+        """The summary of the results file at ``path``, by the sha256 of its bytes: hashed when its stat key
+        changed, verified once per content (and checks version). ``verify=False``: None when these bytes
+        were never verified. Raises :class:`StoreFileError`."""
+        data = None
+        digest = self._known_digest(path)
+        if digest is None:
+            data, digest, stat = _read_hashed(path, "results file", LIMITS.file_bytes)
+            self._remember_digest(path, stat, digest)
+        summary = self._cached_summary(digest)
+        if summary is not None or not verify:
             return summary
+        if data is None:
+            data, digest, stat = _read_hashed(path, "results file", LIMITS.file_bytes)
+            self._remember_digest(path, stat, digest)
+            summary = self._cached_summary(digest)
+            if summary is not None:
+                return summary
         try:
-            summary = _summary(_read_results(path, sha))
+            summary = _summary(_verify_bytes(data, path))
         except StoreFileError as exc:
-            self._failed[key] = str(exc)
+            self._failed[digest] = str(exc)
             raise
-        self._remember(key, summary)
+        self._remember(digest, summary)
         return summary
 
-    def _remember(self, key: tuple[str, int, int], summary: dict[str, Any]) -> None:
+    def _remember(self, digest: str, summary: dict[str, Any]) -> None:
         """Keep a verified summary: in memory and in the cache shared with other processes."""
-        cache_file = self._cache_file(key)
+        cache_file = self._cache_file(digest)
         try:
             cache_file.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=cache_file.parent, prefix=".summary.")
@@ -455,7 +611,7 @@ class ResultsStore:
             os.replace(tmp, cache_file)
         except OSError:
             pass  # a read-only cache only costs speed
-        self._memo[key] = summary
+        self._memo[digest] = summary
 
     def verify_entries(
         self, paths: Sequence[Path], processes: int, stop: Callable[[], bool] = lambda: False
@@ -487,16 +643,16 @@ class ResultsStore:
                     )
                     continue
                 sha = record["results_sha256"]
-                futures[pool.submit(_verify_in_child, str(self.results_path(sha)), sha)] = path
+                futures[pool.submit(_verify_in_child, str(self.results_path(sha)))] = path
             for future in as_completed(futures):
                 if stop():
                     return
                 path = futures[future]
-                key, summary, reason = future.result()
-                if summary is not None:
-                    self._remember(key, summary)
-                elif key is not None and reason is not None:
-                    self._failed[key] = reason
+                digest, summary, reason = future.result()
+                if digest is not None and summary is not None:
+                    self._remember(digest, summary)
+                elif digest is not None and reason is not None:
+                    self._failed[digest] = reason
                 try:
                     yield path, self.load_entry(path)
                 except StoreFileError as exc:
@@ -539,22 +695,40 @@ class ResultsStore:
     def _entry(
         self, record: dict[str, Any], untrusted: str | None, path: Path, summary: dict[str, Any]
     ) -> StoreEntry:
-        submission_sha = record.get("submission_sha256")
-        if submission_sha is not None and self.submission_path(submission_sha) is None:
-            raise StoreFileError(
-                f"store entry {path}: its submission archive {submission_sha[:12]}… is missing"
+        """The run an entry record stands for, with what its files say: its results (``summary``, by
+        content) must be the ones it names and its submission archive must hash to the sha256 it names;
+        otherwise it is shown as local, with the reason."""
+        problems = [] if untrusted is None else [untrusted]
+        named_results, results_sha = record["results_sha256"], str(summary["sha256"])
+        if results_sha != named_results:
+            problems.append(
+                f"its results file {named_results[:12]}….json holds other results (sha256 {results_sha[:12]}…) "
+                "than its entry names: changed after it was stored"
             )
+        submission_sha = record.get("submission_sha256")
+        if submission_sha is not None:
+            found = self._archive_file(submission_sha)
+            if found is None:
+                raise StoreFileError(
+                    f"store entry {path}: its submission archive {submission_sha[:12]}… is missing"
+                )
+            problem = self._archive_mismatch(submission_sha, *found, full=False)
+            if problem is not None:
+                problems.append(problem)
+        warning = "; ".join(problems) or None
         if record["source"] != "verified":
             source, trust = "local", "a local run (not made by a worker)"
-        elif untrusted is None:
+            if warning:
+                trust += f"; {warning}"
+        elif warning is None:
             source = "verified"
             trust = f"signed by {self.trusted_keys.describe(record['signature']['key'])}"
         else:
-            source, trust = "local", f"shown as local: it claims to be verified, but {untrusted}"
+            source, trust = "local", f"shown as local: it claims to be verified, but {warning}"
         return StoreEntry(
             entry_id=record["entry_id"],
             source=source,
-            results_sha256=record["results_sha256"],
+            results_sha256=results_sha,
             summary=summary,
             manifest=record.get("manifest"),
             job=record.get("job"),
@@ -562,17 +736,25 @@ class ResultsStore:
             added_at=str(record["added_at"]),
             label=record.get("label"),
             path=path,
-            results_file=self.results_path(record["results_sha256"]),
+            results_file=self.results_path(named_results),
             trust=trust,
+            warning=warning,
         )
 
     def _record(self, path: Path) -> tuple[dict[str, Any], str | None]:
-        stat = path.stat()
-        key = (path.name, stat.st_size, stat.st_mtime_ns)
-        cached = self._records.get(key)
-        if cached is None:
-            cached = self._records[key] = self._entry_record(path)
-        return cached
+        """An entry file's checked record (:meth:`_entry_record`), read again whenever its stat key
+        changed."""
+        before = path.stat()
+        known = self._records.get(path)
+        if known is not None and known[0] == _file_stat(before):
+            return known[1]
+        checked = self._entry_record(path)
+        stable = _stable(before, path.stat())
+        if stable is None:
+            self._records.pop(path, None)
+        else:
+            self._records[path] = (stable, checked)
+        return checked
 
     def load_entry(self, path: str | Path) -> StoreEntry:
         """Read one entry file and verify the results it names; raises :class:`StoreFileError`."""
@@ -583,8 +765,9 @@ class ResultsStore:
             raise StoreFileError(f"store entry {path} does not exist") from None
         except OSError as exc:
             raise StoreFileError(f"cannot read store entry {path}: {exc.strerror or exc}") from None
-        sha = record["results_sha256"]
-        return self._entry(record, untrusted, path, self._verified_summary(self.results_path(sha), sha))
+        summary = self._results_summary(self.results_path(record["results_sha256"]))
+        assert summary is not None  # verify=True
+        return self._entry(record, untrusted, path, summary)
 
     def scan(self, *, verify: bool = True) -> StoreScan:
         """Every entry, verified; bad files in ``skipped``. Unchanged files are not read again.
@@ -611,15 +794,11 @@ class ResultsStore:
                 record, untrusted = self._record(path)
                 sha = record["results_sha256"]
                 named.add(sha)
-                # The results file is checked every time (a stat, then the memo): it may have changed.
-                results_file = self.results_path(sha)
-                if verify:
-                    summary = self._verified_summary(results_file, sha)
-                else:
-                    summary = self._cached_summary(self._stat_key(results_file, sha))
-                    if summary is None:
-                        scan.unverified.append(path)
-                        continue
+                # The results file is checked every time (its stat key, else its hash, then the memo).
+                summary = self._results_summary(self.results_path(sha), verify=verify)
+                if summary is None:
+                    scan.unverified.append(path)
+                    continue
                 scan.entries.append(self._entry(record, untrusted, path, summary))
             except StoreFileError as exc:
                 scan.skipped.append(SkippedFile(path, str(exc)))
