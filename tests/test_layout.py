@@ -30,6 +30,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "knowgic.argtypes",
         "knowgic.extras",
         "knowgic.schema_errors",
+        "knowgic.jsonbounds",
+        "knowgic.printable",
         "knowgic.formatting",
         "knowgic.records",
         "knowgic.metrics",

@@ -322,9 +322,9 @@ def run_job(
                 if sha is None:
                     archive = store.submission_path(job.submission_sha256)
                     if archive is None:
+                        problem = store.submission_problem(job.submission_sha256) or "it is missing"
                         raise JobFailure(
-                            f"the submission archive {job.submission_sha256[:12]}… is missing from the store "
-                            f"{store.root}: submit it again"
+                            f"the store {store.root} cannot run this job: {problem}; submit it again"
                         )
                     started = time.monotonic()
                     with _interruptible(flag):
