@@ -76,6 +76,27 @@ def add_model_argument(parser: argparse.ArgumentParser, what: str = "") -> None:
     )
 
 
+DATASET_VERSION_HELP = (
+    "dataset version: X.Y.Z of the paper's edits (default: the latest), or a track's TRACK-X.Y.Z or name "
+    "for its latest (growth: the graph grown for knowgic-tiny); `knowgic --version` lists them"
+)
+"""The help of every option that names a shipped dataset version (``knowgic.dataset.versions``)."""
+
+
+def add_dataset_version_argument(parser: argparse.ArgumentParser, folders: bool = True) -> None:
+    """``--dataset-version`` (alias ``--dataset``): a shipped version by name, or (``folders``) a dataset
+    folder's path. The name is resolved, with a guess at a typo, where the command starts its work."""
+    names = ["--dataset-version", "--dataset"] if folders else ["--dataset-version"]
+    parser.add_argument(
+        *names,
+        dest="dataset_version",
+        default=None,
+        metavar="VERSION|PATH" if folders else "VERSION",
+        help=DATASET_VERSION_HELP
+        + ("; or a dataset folder, e.g. one knowgic build wrote" if folders else ""),
+    )
+
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 
 

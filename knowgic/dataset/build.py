@@ -3,7 +3,8 @@
 Deterministic and idempotent: the same inputs give the same bytes, and a file whose content is unchanged
 is not rewritten. For each version it writes ``knowgic/dataset/hub/<version>/`` (data files, alias map,
 card, CHANGELOG, LICENSE, citation, ``version.json``) and records the version in the ``dataset.versions``
-section of ``spec/benchmark.yaml``.
+section of ``spec/benchmark.yaml``, keeping the versions of other tracks declared there
+(:mod:`knowgic.dataset.tracks` writes those, with :func:`folder_files` and :func:`update_spec`).
 """
 
 from __future__ import annotations
@@ -41,10 +42,11 @@ from knowgic.dataset.io import (
     sha256_text,
 )
 from knowgic.dataset.schemas import CONFIG_SCHEMAS, validator
-from knowgic.dataset.versions import ALIASES_FILE, HUB_DIR, VERSION_FILE
+from knowgic.dataset.versions import ALIASES_FILE, HUB_DIR, VERSION_FILE, version_sort_key
 from knowgic.errors import KnowgicError
 from knowgic.paths import PACKAGE_DIR, spec_dir
 from knowgic.schema_errors import first_error_line
+from knowgic.yamlfile import read_yaml
 
 UPSTREAM_DIR = PACKAGE_DIR / "dataset" / "upstream"
 DATA_FILES = {config: f"data/{config}-test.jsonl" for config in CONFIG_SCHEMAS}
@@ -162,37 +164,66 @@ def build_versions() -> list[BuiltVersion]:
 
 def version_files(built: BuiltVersion, history: Sequence[BuiltVersion]) -> dict[str, str]:
     """Every file of the version folder (relative path -> text), ``version.json`` last."""
+    entries = [ChangelogEntry(b.version, b.summary, tuple(f"{c.text}" for c in b.changes)) for b in history]
+    return folder_files(
+        built.version,
+        built.summary,
+        built.chains,
+        built.aliases,
+        entries,
+        head={
+            "name": "knowgic",
+            "version": built.version,
+            "source": {"repository": SOURCE_REPO, "commit": SOURCE_COMMIT},
+            "based_on": next((v.base for v in VERSIONS if v.version == built.version), None),
+        },
+    )
+
+
+def folder_files(
+    version: str,
+    summary: str,
+    chains: Sequence[Mapping[str, Any]],
+    aliases: Mapping[str, Sequence[str]],
+    entries: Sequence[ChangelogEntry],
+    head: Mapping[str, Any],
+    tail: Mapping[str, Any] | None = None,
+    card_extra: str = "",
+) -> dict[str, str]:
+    """The files of a dataset folder from its chains rows and alias map, ``version.json`` last: the derived
+    configs, the card (``card_extra`` appended), the CHANGELOG of ``entries`` (the last one this version's),
+    LICENSE and citation. ``version.json`` holds ``head`` (name, version, ...), the content hash, the configs
+    and the alias map, then ``tail``, then every file's size and sha256."""
     configs: dict[str, list[dict[str, Any]]] = {
-        "chains": built.chains,
-        "edits": edit_rows(built.chains),
-        "facts": fact_rows(built.chains, built.aliases),
+        "chains": [dict(r) for r in chains],
+        "edits": edit_rows(chains),
+        "facts": fact_rows(chains, aliases),
     }
     for config in ("edits", "facts"):
-        _check_rows(built.version, config, configs[config])
-    content = {"aliases": built.aliases, **configs}
+        _check_rows(version, config, configs[config])
+    content = {"aliases": aliases, **configs}
     sha256 = sha256_text(canonical_json(content))
-    findings = check_chains(built.chains) + check_aliases(built.aliases, built.chains)
-    entries = [ChangelogEntry(b.version, b.summary, tuple(f"{c.text}" for c in b.changes)) for b in history]
+    findings = check_chains(configs["chains"]) + check_aliases(aliases, configs["chains"])
     files: dict[str, str] = {DATA_FILES[c]: jsonl_text(rows) for c, rows in configs.items()}
-    files[ALIASES_FILE] = aliases_text(built.aliases)
-    files["README.md"] = render_card(
-        built.version, built.summary, sha256, DATA_FILES, configs, built.aliases, findings, entries[-1]
-    )
+    files[ALIASES_FILE] = aliases_text(aliases)
+    card = render_card(version, summary, sha256, DATA_FILES, configs, aliases, findings, entries[-1])
+    files["README.md"] = card.rstrip("\n") + "\n\n" + card_extra if card_extra else card
     files["CHANGELOG.md"] = render_changelog(entries)
     files["LICENSE"] = (UPSTREAM_DIR / "LICENSE").read_text(encoding="utf-8")
     files["CITATION.bib"] = CITATION
+    head = dict(head)
     record = {
-        "name": "knowgic",
-        "version": built.version,
+        "name": head.pop("name"),
+        "version": head.pop("version"),
         "sha256": sha256,
         "canonical_content": (
             'sha256 of the UTF-8 JSON {"aliases": <aliases.json>, "chains": [rows], "edits": [rows], '
             '"facts": [rows]} with sorted keys, no whitespace, non-ASCII characters kept; rows in file order'
         ),
-        "source": {"repository": SOURCE_REPO, "commit": SOURCE_COMMIT},
-        "based_on": next((v.base for v in VERSIONS if v.version == built.version), None),
+        **head,
         "configs": {c: {"path": DATA_FILES[c], "split": "test", "rows": len(r)} for c, r in configs.items()},
-        "aliases": {"path": ALIASES_FILE, "entities": len(built.aliases)},
+        "aliases": {"path": ALIASES_FILE, "entities": len(aliases)},
+        **(tail or {}),
         "files": {
             path: {"size": len(text.encode("utf-8")), "sha256": sha256_text(text)}
             for path, text in sorted(files.items())
@@ -215,16 +246,27 @@ def write_version(folder: Path, files: Mapping[str, str]) -> list[str]:
     return changed
 
 
-def versions_yaml(records: Mapping[str, Mapping[str, Any]]) -> str:
-    """The ``versions:`` block of the benchmark spec (indented for the ``dataset:`` section)."""
+def spec_entry(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``dataset.versions`` entry of a version from its ``version.json``."""
+    return {
+        "sha256": record["sha256"],
+        "based_on": record.get("based_on"),
+        "rows": {c: v["rows"] for c, v in record["configs"].items()},
+    }
+
+
+def versions_yaml(entries: Mapping[str, Mapping[str, Any]]) -> str:
+    """The ``versions:`` block of the benchmark spec (indented for the ``dataset:`` section), in
+    :func:`~knowgic.dataset.versions.version_sort_key` order."""
     lines = ["  versions:"]
-    for version, rec in records.items():
+    for version in sorted(entries, key=version_sort_key):
+        entry = entries[version]
         lines.append(f'    "{version}":')
         lines.append(f"      path: knowgic/dataset/hub/{version}")
-        lines.append(f"      sha256: {rec['sha256']}")
-        if rec.get("based_on"):
-            lines.append(f'      based_on: "{rec["based_on"]}"')
-        rows = ", ".join(f"{c}: {v['rows']}" for c, v in rec["configs"].items())
+        lines.append(f"      sha256: {entry['sha256']}")
+        if entry.get("based_on"):
+            lines.append(f'      based_on: "{entry["based_on"]}"')
+        rows = ", ".join(f"{c}: {n}" for c, n in entry["rows"].items())
         lines.append(f"      rows: {{{rows}}}")
     return "\n".join(lines) + "\n"
 
@@ -233,12 +275,17 @@ _VERSIONS_BLOCK = re.compile(r"^  versions:.*\n(?:    .*\n)*", re.MULTILINE)
 
 
 def update_spec(spec_path: Path, records: Mapping[str, Mapping[str, Any]]) -> bool:
-    """Replace the ``dataset.versions`` block of ``spec/benchmark.yaml``, leaving every other line as is."""
+    """Record the versions of ``records`` (each a ``version.json``) in the ``dataset.versions`` block of
+    ``spec/benchmark.yaml``; every other version declared there (another track's) and every other line stay
+    as they are."""
     text = spec_path.read_text(encoding="utf-8")
     match = _VERSIONS_BLOCK.search(text)
     if match is None:
         raise KnowgicError(f"{spec_path}: no `  versions:` line in the dataset section")
-    new = text[: match.start()] + versions_yaml(records) + text[match.end() :]
+    declared = (read_yaml(spec_path).get("dataset") or {}).get("versions") or {}
+    entries = {str(k): dict(v) for k, v in declared.items() if str(k) not in records}
+    entries.update({k: spec_entry(r) for k, r in records.items()})
+    new = text[: match.start()] + versions_yaml(entries) + text[match.end() :]
     return atomic_write_text(spec_path, new)
 
 

@@ -16,6 +16,7 @@ import yaml
 
 from knowgic.dataset.checks import Finding
 from knowgic.dataset.schemas import CONFIG_SCHEMAS, features_from_schema, field_docs, yaml_features
+from knowgic.dataset.versions import version_sort_key, version_tag
 
 PRETTY_NAME = "KnowGIC"
 SOURCE_REPO = "manitbaser/KnowGIC"
@@ -131,7 +132,7 @@ def render_card(
     parts.append(
         "```python\n"
         "from datasets import load_dataset\n\n"
-        f'chains = load_dataset("<this folder or ORG/NAME>", "chains", split="test")  # revision="v{version}" on the hub\n'
+        f'chains = load_dataset("<this folder or ORG/NAME>", "chains", split="test")  # revision="{version_tag(version)}" on the hub\n'
         'edits = load_dataset("<this folder or ORG/NAME>", "edits", split="test")\n'
         "```\n\n"
         'With the `knowgic` package installed: `knowgic.load_dataset("chains", version="' + version + '")` '
@@ -231,7 +232,7 @@ def render_card(
 def render_changelog(entries: Sequence[ChangelogEntry]) -> str:
     """Newest version first; one line per change, with its count."""
     out = ["# Changelog\n", "All changes of the KnowGIC dataset, newest first. Versions follow semver.\n"]
-    for entry in sorted(entries, key=lambda e: tuple(int(x) for x in e.version.split(".")), reverse=True):
+    for entry in sorted(entries, key=lambda e: version_sort_key(e.version), reverse=True):
         out.append(f"## {entry.version}\n")
         out.append(f"{entry.summary}\n")
         out.append("\n".join(f"- {line}" for line in entry.lines) + "\n")

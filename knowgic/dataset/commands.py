@@ -1,4 +1,5 @@
-"""Command-line sub-commands of the dataset stage: ``dataset path|summary|holdout``, ``validate``, ``publish``."""
+"""Command-line sub-commands of the dataset stage: ``dataset path|summary|holdout|track``, ``validate``,
+``publish``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from knowgic.argtypes import add_subcommands
+from knowgic.argtypes import DATASET_VERSION_HELP as VERSION_HELP
+from knowgic.argtypes import add_subcommands, open_unit_fraction
+from knowgic.dataset.tracks import DEFAULT_RESERVE_SHARE, DEFAULT_SEED
 
 
 def _cmd_path(args: argparse.Namespace) -> int:
@@ -78,6 +81,23 @@ def _cmd_holdout(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_track(args: argparse.Namespace) -> int:
+    from knowgic.dataset.tracks import write_track
+
+    key, folder, reserved, split = write_track(
+        args.build, args.track, args.version, args.reserved_out, args.reserve_share, args.seed
+    )
+    for label, part, where in (("public", split.public, folder), ("reserved", split.reserved, reserved)):
+        c = part.counts()
+        print(
+            f"{label}: {c['families']} families, {c['edits']} edits, {c['chains']} chains, {c['facts']} facts, "
+            f"content sha256 {part.sha256()[:12]} -> {where}"
+        )
+    print(f"{key} is declared in spec/benchmark.yaml; run knowgic validate {folder}")
+    print(f"keep {reserved} where submitted code never runs; never publish it")
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from knowgic.dataset.validate import validate_path
 
@@ -112,10 +132,10 @@ def register(subparsers: Any) -> None:
     p = ds_sub.add_parser(
         "path", help="print the folder of a dataset version (a Hugging Face dataset folder)"
     )
-    p.add_argument("--version", default=None, help="X.Y.Z (default: the latest)")
+    p.add_argument("--version", default=None, help=VERSION_HELP)
     p.set_defaults(func=_cmd_path)
     s = ds_sub.add_parser("summary", help="counts of a dataset version and its validation warnings")
-    s.add_argument("--version", default=None, help="X.Y.Z (default: the latest)")
+    s.add_argument("--version", default=None, help=VERSION_HELP)
     s.add_argument("--json", action="store_true", help="print a JSON object")
     s.set_defaults(func=_cmd_summary)
     h = ds_sub.add_parser(
@@ -132,6 +152,37 @@ def register(subparsers: Any) -> None:
     )
     h.add_argument("--seed", type=int, default=0, help="which chains the hash picks (default 0)")
     h.set_defaults(func=_cmd_holdout)
+    t = ds_sub.add_parser(
+        "track",
+        help="ship a knowgic build output as a dataset version of its own track, less a reserved part",
+        description="Partitions the build's chains by family (connected component of its fact graph), "
+        "reserves a share of the edits, whole families in a seeded hash order, for a private split (written "
+        "to --reserved-out, outside the package: never published), and writes the rest as the version "
+        "TRACK-VERSION in the package's dataset folder and spec/benchmark.yaml. The parts share no fact.",
+    )
+    t.add_argument(
+        "--from", dest="build", required=True, metavar="BUILD", help="a knowgic build output folder"
+    )
+    t.add_argument(
+        "--track", required=True, help="the track's name, e.g. growth (lower-case letters, digits)"
+    )
+    t.add_argument("--version", required=True, help="X.Y.Z of the track (the version key is TRACK-X.Y.Z)")
+    t.add_argument(
+        "--reserved-out",
+        required=True,
+        type=Path,
+        help="new folder for the reserved part, outside the package",
+    )
+    t.add_argument(
+        "--reserve-share",
+        type=open_unit_fraction,
+        default=DEFAULT_RESERVE_SHARE,
+        help=f"share of the edits to reserve, whole families at a time (default {DEFAULT_RESERVE_SHARE:g})",
+    )
+    t.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help=f"seed of the families' order (default {DEFAULT_SEED})"
+    )
+    t.set_defaults(func=_cmd_track)
 
     v = subparsers.add_parser(
         "validate",

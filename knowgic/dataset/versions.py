@@ -1,17 +1,27 @@
 """The dataset versions shipped in the package: where they are, their recorded hashes, loading them.
 
 The versions are declared in ``spec/benchmark.yaml`` (``dataset.versions``, written by
-``python -m knowgic.dataset.build``); each lives in ``knowgic/dataset/hub/<version>/``, a Hugging Face
-dataset folder whose ``version.json`` records the sha256 of its canonical content:
+``python -m knowgic.dataset.build`` and ``knowgic dataset track``); each lives in
+``knowgic/dataset/hub/<version>/``, a Hugging Face dataset folder whose ``version.json`` records the sha256
+of its canonical content:
 
     sha256( canonical_json({"aliases": <aliases.json>, "chains": [rows], "edits": [rows], "facts": [rows]}) )
 
 where ``canonical_json`` is JSON with sorted keys, no whitespace and UTF-8 characters kept, and the rows
 are those of each config's data file in file order.
+
+A version key names a track and a semantic version. The main track, the paper's edits, has plain keys
+(``1.0.0``, ``1.1.0``); another track's keys carry its name (``growth-1.0.0``: the graph ``knowgic build``
+grew for ``knowgic-tiny``, :mod:`knowgic.dataset.tracks`). Tracks hold different edits, so their values are
+never compared or ranked together. Left out, a version is the main track's latest; a track's name alone
+(``growth``) is that track's latest.
+
+    "growth-1.0.0" --parse_version_key--> ("growth", (1, 0, 0))      "1.1.0" --> ("knowgic", (1, 1, 0))
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +40,12 @@ VERSION_FILE = "version.json"
 ALIASES_FILE = "aliases.json"
 CONFIGS = tuple(CONFIG_SCHEMAS)
 SPLIT = "test"
+MAIN_TRACK = "knowgic"
+"""The track of the paper's edits, whose version keys are plain ``X.Y.Z``."""
 _SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
+_TRACK_KEY = re.compile(
+    r"^([a-z][a-z0-9]*(?:-[a-z][a-z0-9]*)*)-((?:0|[1-9]\d*)\.(?:0|[1-9]\d*)\.(?:0|[1-9]\d*))$"
+)
 
 
 def parse_semver(version: str) -> tuple[int, int, int]:
@@ -41,14 +56,62 @@ def parse_semver(version: str) -> tuple[int, int, int]:
     return major, minor, patch
 
 
+def parse_version_key(key: str) -> tuple[str, tuple[int, int, int]]:
+    """``"growth-1.0.0"`` -> ``("growth", (1, 0, 0))``; ``"1.1.0"`` -> ``(MAIN_TRACK, (1, 1, 0))``."""
+    if _SEMVER.match(key):
+        return MAIN_TRACK, parse_semver(key)
+    match = _TRACK_KEY.match(key)
+    if not match or match.group(1) == MAIN_TRACK:
+        raise KnowgicError(
+            f"{key!r} is not a dataset version key: X.Y.Z (the main track) or TRACK-X.Y.Z (TRACK in "
+            "lower-case letters, digits and dashes, e.g. growth-1.0.0)"
+        )
+    return match.group(1), parse_semver(match.group(2))
+
+
+def version_key(track: str, semver: str) -> str:
+    """The key of ``semver`` on ``track`` (checked): ``X.Y.Z`` on the main track, else ``TRACK-X.Y.Z``."""
+    key = semver if track == MAIN_TRACK else f"{track}-{semver}"
+    if parse_version_key(key) != (track, parse_semver(semver)):
+        raise KnowgicError(f"track {track!r} and version {semver!r} do not make a version key")
+    return key
+
+
+def version_sort_key(key: str) -> tuple[bool, str, tuple[int, int, int]]:
+    """The main track first, then the other tracks by name; semver order within a track."""
+    track, semver = parse_version_key(key)
+    return track != MAIN_TRACK, track, semver
+
+
+def version_tag(key: str) -> str:
+    """The hub tag a version is published under: ``v1.1.0``, ``growth-v1.0.0``."""
+    track, _ = parse_version_key(key)
+    return f"v{key}" if track == MAIN_TRACK else f"{track}-v{key.removeprefix(track + '-')}"
+
+
 def available_versions() -> list[str]:
-    """Every dataset version the benchmark spec declares, oldest first (semver order)."""
-    return sorted(benchmark_spec().versions, key=parse_semver)
+    """Every dataset version the benchmark spec declares, every track's: the main track's first, oldest
+    first, then the other tracks' (see :func:`version_sort_key`)."""
+    return sorted(benchmark_spec().versions, key=version_sort_key)
 
 
-def latest_version() -> str:
-    versions = available_versions()
+def track_versions(track: str = MAIN_TRACK) -> list[str]:
+    """The versions of one track, oldest first (the main track's by default: what ``knowgic-tiny`` is
+    trained on, and what a run without ``--dataset-version`` uses the latest of)."""
+    return [v for v in available_versions() if parse_version_key(v)[0] == track]
+
+
+def tracks() -> list[str]:
+    """Every track with a declared version, the main track first."""
+    return list(dict.fromkeys(parse_version_key(v)[0] for v in available_versions()))
+
+
+def latest_version(track: str = MAIN_TRACK) -> str:
+    """The newest version of ``track`` (the main track by default)."""
+    versions = track_versions(track)
     if not versions:
+        if track != MAIN_TRACK:
+            raise KnowgicError(f"unknown dataset track {track!r}; known tracks: {', '.join(tracks())}")
         raise KnowgicError(
             "the benchmark spec declares no dataset versions (run python -m knowgic.dataset.build)"
         )
@@ -56,16 +119,28 @@ def latest_version() -> str:
 
 
 def resolve_version(version: str | None) -> str:
-    """``version`` itself when known (a leading ``v`` is accepted), the latest one for None."""
+    """``version`` itself when declared (a leading ``v`` is accepted on a main-track key), a track's latest
+    version for the track's name (``growth``), the main track's latest for None; else one line naming the
+    known versions, with the closest one when the name looks like a typo."""
     if version is None:
         return latest_version()
-    name = version[1:] if version.startswith("v") else version
+    name = version[1:] if version.startswith("v") and _SEMVER.match(version[1:]) else version
     known = available_versions()
-    if name not in known:
-        raise KnowgicError(
-            f"unknown dataset version {version!r}; known versions: {', '.join(known) or 'none'}"
-        )
-    return name
+    if name in known:
+        return name
+    if name != MAIN_TRACK and name in tracks():
+        return latest_version(name)
+    hint = ""
+    try:
+        well_formed = parse_version_key(name)[0] in tracks()
+    except KnowgicError:
+        well_formed = False
+    if not well_formed:  # a declared track's undeclared version needs no guess: the list says it
+        close = difflib.get_close_matches(name, [*known, *tracks()[1:]], n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+    raise KnowgicError(
+        f"unknown dataset version {version!r}; {hint}known versions: {', '.join(known) or 'none'}"
+    )
 
 
 def dataset_installed() -> bool:

@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from knowgic.argtypes import add_model_argument, open_unit_fraction, positive_int
+from knowgic.argtypes import (
+    add_dataset_version_argument,
+    add_model_argument,
+    open_unit_fraction,
+    positive_int,
+)
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
 from knowgic.intervals import DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED
@@ -91,13 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--mode", help=f"independent or sequential (default: {_spec_default('default_mode')}, the spec's)"
     )
-    p.add_argument(
-        "--dataset-version",
-        "--dataset",
-        dest="dataset_version",
-        metavar="VERSION|PATH",
-        help="KnowGIC version (default: the latest) or a dataset folder, e.g. one knowgic build wrote",
-    )
+    add_dataset_version_argument(p)
     p.add_argument("--limit", type=positive_int, help="evaluate only the first N distinct edits")
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the editor's and the generate protocol's randomness"
@@ -140,13 +139,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--seed", type=int, default=0, help="seed of the editors' and the generate protocol's randomness"
     )
     s.add_argument("--mode", help="independent or sequential (default: the spec's default_mode)")
-    s.add_argument(
-        "--dataset-version",
-        "--dataset",
-        dest="dataset_version",
-        metavar="VERSION|PATH",
-        help="KnowGIC version (default: the latest) or a dataset folder, e.g. one knowgic build wrote",
-    )
+    add_dataset_version_argument(s)
     s.add_argument("--limit", type=positive_int, help="evaluate only the first N distinct edits")
     s.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
     s.add_argument(
@@ -218,7 +211,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Wizardry' (repeatable)",
     )
     q.add_argument("--facts-file", type=Path, help="YAML list of {prompt, subject, answer} to probe")
-    q.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
+    add_dataset_version_argument(q, folders=False)
     q.add_argument("--dtype", default="float32", help="float32 (default), bfloat16 or float16")
     q.add_argument(
         "--device", default="auto", help="auto (default: cuda when available), cpu, cuda, cuda:1, ..."
@@ -241,7 +234,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     b.add_argument("--limit", type=positive_int, help="time only the first N distinct edits")
     b.add_argument("--repeats", type=positive_int, default=3, help="best of this many scorer/forward timings")
-    b.add_argument("--dataset-version", help="KnowGIC version (default: the latest)")
+    add_dataset_version_argument(b, folders=False)
     b.set_defaults(func=run_timing)
 
     c = subparsers.add_parser(

@@ -24,7 +24,8 @@ import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 
 from knowgic.dataset.schemas import validator
-from knowgic.dataset.versions import available_versions, latest_version
+from knowgic.dataset.versions import resolve_version
+from knowgic.errors import KnowgicError
 from knowgic.models.registry import get_offline_model
 from knowgic.printable import MULTILINE, character_name, first_unsafe, printable
 from knowgic.runner.intake.archive import MiB, SubmissionError
@@ -241,13 +242,10 @@ def check_manifest(manifest: dict[str, Any], root: Path, shown: str) -> dict[str
     """Semantic checks the schema cannot express; returns the manifest with defaults filled."""
     filled = dict(manifest)
     filled.setdefault("modes", [benchmark_spec().default_mode])
-    if "dataset_version" not in filled:
-        filled["dataset_version"] = latest_version()
-    elif filled["dataset_version"] not in available_versions():
-        raise SubmissionError(
-            f"{shown} field dataset_version: {filled['dataset_version']!r} is not a dataset version of this "
-            f"benchmark (known: {', '.join(available_versions())})"
-        )
+    try:  # left out: the main track's latest; a track's name: its latest (jobs record the resolved key)
+        filled["dataset_version"] = resolve_version(filled.get("dataset_version"))
+    except KnowgicError as exc:
+        raise SubmissionError(f"{shown} field dataset_version: {exc}") from None
     _check_models(filled, shown)
     _check_requirements(filled, shown)
     for key, value in filled["hparams"].items():

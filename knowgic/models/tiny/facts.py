@@ -1,4 +1,6 @@
-"""The facts ``knowgic-tiny`` is trained on: every distinct atomic fact of every shipped dataset version.
+"""The facts ``knowgic-tiny`` is trained on: every distinct atomic fact of every shipped version of the main
+dataset track (the paper's edits; another track, such as the graph grown from what ``knowgic-tiny`` knows,
+is made from the model and never trains it).
 
 A fact is ``(subject, prompt, answer)``; it comes from a chain step, a broader-context entry, or an edit
 request's ``target_true`` (the rewrite fact as it is *before* the edit). The edit requests themselves are
@@ -188,11 +190,11 @@ def upstream_fallback_facts() -> TrainingFacts:
 
 
 def load_training_facts() -> TrainingFacts:
-    """All shipped dataset versions through the dataset API, else the vendored upstream rows."""
+    """The main track's shipped versions through the dataset API, else the vendored upstream rows."""
     try:
         from knowgic.dataset.loading import load_aliases, load_cases
-        from knowgic.dataset.versions import available_versions
+        from knowgic.dataset.versions import track_versions
     except ImportError:
         return upstream_fallback_facts()
-    versions = {str(v): (list(load_cases(v)), dict(load_aliases(v))) for v in available_versions()}
+    versions = {str(v): (list(load_cases(v)), dict(load_aliases(v))) for v in track_versions()}
     return collect_facts(versions, source="dataset-api")
