@@ -77,23 +77,26 @@ def add_model_argument(parser: argparse.ArgumentParser, what: str = "") -> None:
 
 
 DATASET_VERSION_HELP = (
-    "dataset version: X.Y.Z of the paper's edits (default: the latest), or a track's TRACK-X.Y.Z or name "
-    "for its latest (growth: the graph grown for knowgic-tiny); `knowgic --version` lists them"
+    "dataset version: X.Y.Z of the paper's edits, or a track's TRACK-X.Y.Z or name for its latest (growth: "
+    "the graph grown for knowgic-tiny); `knowgic --version` lists them"
 )
 """The help of every option that names a shipped dataset version (``knowgic.dataset.versions``)."""
 
 
-def add_dataset_version_argument(parser: argparse.ArgumentParser, folders: bool = True) -> None:
+def add_dataset_version_argument(
+    parser: argparse.ArgumentParser, folders: bool = True, default: str = "the latest of the paper's edits"
+) -> None:
     """``--dataset-version`` (alias ``--dataset``): a shipped version by name, or (``folders``) a dataset
-    folder's path. The name is resolved, with a guess at a typo, where the command starts its work."""
+    folder's path; ``default`` says what leaving it out means. The name is resolved, with a guess at a
+    typo, before the command's work starts."""
     names = ["--dataset-version", "--dataset"] if folders else ["--dataset-version"]
+    folder = "; or a dataset folder, e.g. one knowgic build wrote" if folders else ""
     parser.add_argument(
         *names,
         dest="dataset_version",
         default=None,
         metavar="VERSION|PATH" if folders else "VERSION",
-        help=DATASET_VERSION_HELP
-        + ("; or a dataset folder, e.g. one knowgic build wrote" if folders else ""),
+        help=f"{DATASET_VERSION_HELP}{folder} (default: {default})",
     )
 
 

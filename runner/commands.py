@@ -2,6 +2,7 @@
 
     knowgic runner submit PATH            validate a submission, store it, queue its jobs
           [--accounts token]              as the submitter whose token $KNOWGIC_SUBMITTER_TOKEN holds
+          [--dataset-version VERSION]     on that dataset version (e.g. growth) instead of the manifest's
     knowgic runner add-submitter NAME     a submitter token (deployments with --accounts token)
     knowgic runner worker [--gpus auto]   claim and run jobs until stopped (one worker per GPU host)
           [--private-dataset PATH]        score a private split too (mounted into the score stage only)
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from tqdm import tqdm
 
-from knowgic.argtypes import add_subcommands, positive_int, positive_seconds
+from knowgic.argtypes import add_dataset_version_argument, add_subcommands, positive_int, positive_seconds
 from knowgic.dataset.loading import dataset_ref, load_cases
 from knowgic.dataset.private import read_private_split
 from knowgic.errors import KnowgicError
@@ -129,7 +130,15 @@ def _submit(args: argparse.Namespace) -> int:
     submitter = identify(policy, token=os.environ.get(SUBMITTER_TOKEN_ENV))  # before the upload is read
     store = _store(args)
     queue = _open_queue(args, store, create=True)
-    submission, jobs = submit(args.path, store, queue, limit=args.limit, submitter=submitter, policy=policy)
+    submission, jobs = submit(
+        args.path,
+        store,
+        queue,
+        limit=args.limit,
+        submitter=submitter,
+        policy=policy,
+        dataset_version=args.dataset_version,
+    )
     by = f" by {submitter.id}" if submitter is not None else ""
     print(
         f"submission {submission.name} {submission.version}{by}: archive {submission.sha256[:12]}… stored in "
@@ -397,6 +406,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help="score only the first N edits (smoke runs; the results record the limit)",
     )
+    add_dataset_version_argument(s, folders=False, default="the manifest's dataset_version")
     _common(s)
     add_submit_policy_options(s)
     s.set_defaults(func=_submit)

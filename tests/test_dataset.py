@@ -15,14 +15,19 @@ from knowgic.dataset.io import read_rows
 from knowgic.dataset.loading import DatasetRef, dataset_ref, load_aliases, load_cases, load_rows
 from knowgic.dataset.versions import (
     HUB_DIR,
+    MAIN_TRACK,
     available_versions,
     content_sha256,
     latest_version,
     load_version_dataset,
     parse_semver,
+    parse_version_key,
+    track_versions,
     version_dir,
     version_info,
     version_sha256,
+    version_sort_key,
+    version_tag,
 )
 from knowgic.errors import KnowgicError
 from knowgic.records import Case, EditRequest
@@ -38,22 +43,53 @@ def upstream_rows() -> list[dict]:
 
 def test_versions_are_declared_sorted_and_on_disk() -> None:
     versions = available_versions()
-    assert versions[:2] == ["1.0.0", "1.1.0"]
-    assert versions == sorted(versions, key=parse_semver)
-    assert latest_version() == versions[-1]
+    assert versions == ["1.0.0", "1.1.0", "growth-1.0.0"]
+    main = track_versions()
+    assert main == ["1.0.0", "1.1.0"] == sorted(main, key=parse_semver)
+    assert track_versions("growth") == ["growth-1.0.0"]
+    assert latest_version() == main[-1]  # a run without --dataset-version stays on the paper's edits
+    assert latest_version("growth") == "growth-1.0.0"
     assert version_dir() == version_dir(latest_version())
     assert version_dir("1.0.0") == HUB_DIR / "1.0.0"
     assert version_dir("v1.0.0") == HUB_DIR / "1.0.0"
+    assert version_dir("growth") == version_dir("growth-1.0.0") == HUB_DIR / "growth-1.0.0"
     assert sorted(p.name for p in HUB_DIR.iterdir() if p.is_dir()) == sorted(versions)
 
 
+def test_version_keys_name_a_track_and_a_semver() -> None:
+    assert parse_version_key("1.1.0") == (MAIN_TRACK, (1, 1, 0))
+    assert parse_version_key("growth-1.10.0") == ("growth", (1, 10, 0))
+    assert parse_version_key("tiny-growth-2.0.1") == ("tiny-growth", (2, 0, 1))
+    for bad in ("growth", "Growth-1.0.0", "growth-1.0", "-1.0.0", "growth--1.0.0", "knowgic-1.0.0"):
+        with pytest.raises(KnowgicError, match="not a dataset version key"):
+            parse_version_key(bad)
+    keys = ["growth-1.10.0", "1.1.0", "alpha-1.0.0", "growth-1.9.0", "1.0.0"]
+    assert sorted(keys, key=version_sort_key) == [
+        "1.0.0",
+        "1.1.0",
+        "alpha-1.0.0",
+        "growth-1.9.0",
+        "growth-1.10.0",
+    ]
+    assert version_tag("1.1.0") == "v1.1.0" and version_tag("growth-1.0.0") == "growth-v1.0.0"
+
+
 def test_unknown_version_names_the_known_ones() -> None:
-    with pytest.raises(
-        KnowgicError, match=r"unknown dataset version '2\.0\.0'; known versions: 1\.0\.0, 1\.1\.0"
-    ):
+    known = r"known versions: 1\.0\.0, 1\.1\.0, growth-1\.0\.0"
+    with pytest.raises(KnowgicError, match=rf"^unknown dataset version '2\.0\.0'; {known}$"):
         version_dir("2.0.0")
+    with pytest.raises(KnowgicError, match=rf"^unknown dataset version 'growth-2\.0\.0'; {known}$"):
+        version_dir("growth-2.0.0")
     with pytest.raises(KnowgicError, match="not a version"):
         parse_semver("1.0")
+
+
+@pytest.mark.parametrize("typo", ["growht-1.0.0", "grwoth", "growth-1.0", "Growth"])
+def test_a_misspelt_version_gets_a_guess(typo: str) -> None:
+    with pytest.raises(
+        KnowgicError, match=rf"^unknown dataset version '{typo}'; did you mean 'growth(-1\.0\.0)?'\? "
+    ):
+        version_dir(typo)
 
 
 def test_semver_order_is_numeric() -> None:
@@ -96,7 +132,7 @@ def test_load_dataset_rejects_unknown_config_and_split() -> None:
         knowgic.load_dataset("chains", split="train")
 
 
-@pytest.mark.parametrize("version", ["1.0.0", "1.1.0"])
+@pytest.mark.parametrize("version", ["1.0.0", "1.1.0", "growth-1.0.0"])
 def test_recorded_hash_matches_content_and_spec(version: str) -> None:
     folder = version_dir(version)
     assert content_sha256(folder) == version_sha256(version)
@@ -109,7 +145,7 @@ def test_recorded_hash_matches_content_and_spec(version: str) -> None:
 PUBLISHED_SHA256 = {"1.0.0": "9ab943b564971ac40eb42f95024d0e28e02d4f97aa7dd6f833569ce249cfe7fb"}
 
 
-@pytest.mark.parametrize("version", ["1.0.0", "1.1.0"])
+@pytest.mark.parametrize("version", ["1.0.0", "1.1.0", "growth-1.0.0"])
 def test_recorded_hash_is_the_sha256_of_the_canonical_content_of_the_files(version: str) -> None:
     """Recomputed from the files with hashlib and json only, as version.json's `canonical_content` says."""
     folder = version_dir(version)
@@ -251,7 +287,8 @@ def test_cli_dataset_path(capsys) -> None:
     code, out, _ = _cli(capsys, "dataset", "path")
     assert out.strip() == str(version_dir(latest_version()))
     code, _out, err = _cli(capsys, "dataset", "path", "--version", "0.9.0")
-    assert code == 2 and err == "error: unknown dataset version '0.9.0'; known versions: 1.0.0, 1.1.0\n"
+    assert code == 2
+    assert err == "error: unknown dataset version '0.9.0'; known versions: 1.0.0, 1.1.0, growth-1.0.0\n"
 
 
 def test_cli_dataset_summary(capsys) -> None:

@@ -17,7 +17,7 @@ from knowgic.dataset.build import build, update_spec, upstream_inputs, write_ver
 from knowgic.dataset.checks import check_aliases, check_chains
 from knowgic.dataset.corrections import CorrectionDrift, apply_steps
 from knowgic.dataset.loading import load_rows
-from knowgic.dataset.versions import HUB_DIR, version_dir
+from knowgic.dataset.versions import HUB_DIR, track_versions, version_dir
 from knowgic.paths import spec_dir
 
 
@@ -38,8 +38,9 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 def test_build_reproduces_the_committed_folders_byte_for_byte(fresh_build) -> None:
     hub, spec, _changed = fresh_build
-    assert sorted(p.name for p in hub.iterdir()) == sorted(p.name for p in HUB_DIR.iterdir() if p.is_dir())
-    for version in ("1.0.0", "1.1.0"):
+    # The build makes the main track's folders; another track's (knowgic dataset track) it leaves declared.
+    assert sorted(p.name for p in hub.iterdir()) == track_versions() == ["1.0.0", "1.1.0"]
+    for version in track_versions():
         assert _files(hub / version) == _files(HUB_DIR / version), version
     assert spec.read_text(encoding="utf-8") == (spec_dir() / "benchmark.yaml").read_text(encoding="utf-8")
 
@@ -71,6 +72,13 @@ def test_spec_update_keeps_every_other_line(tmp_path: Path) -> None:
     assert text.startswith('name: x\ndataset:\n  split: test\n  versions:\n    "1.0.0":\n')
     assert text.endswith("\n\nprotocols:\n  logprob: {}\n")
     assert not update_spec(spec, {"1.0.0": record})  # idempotent
+    # another track's version is added in key order and kept when the main track's are written again
+    assert update_spec(spec, {"growth-1.0.0": {**record, "based_on": "1.0.0"}})
+    assert update_spec(spec, {"1.0.0": {**record, "sha256": "cd" * 32}})
+    text = spec.read_text(encoding="utf-8")
+    assert text.index('"1.0.0"') < text.index('"growth-1.0.0"')
+    assert "path: knowgic/dataset/hub/growth-1.0.0\n      sha256: " + "ab" * 32 in text
+    assert "sha256: " + "cd" * 32 in text
 
 
 def _entries(row: dict, block: str) -> list[tuple[str, str, str, str]]:

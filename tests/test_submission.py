@@ -168,7 +168,14 @@ def test_yaml_problems_name_line_and_column(tmp_path: Path, text: str, expected:
         ),
         ({"editor": "not an entry point"}, "field editor"),
         ({"colour": "red"}, r"field \(top level\): unknown field 'colour' \(allowed: authors, "),
-        ({"dataset_version": "9.9.9"}, "field dataset_version: '9.9.9' is not a dataset version"),
+        (
+            {"dataset_version": "9.9.9"},
+            "field dataset_version: unknown dataset version '9.9.9'; known versions",
+        ),
+        (
+            {"dataset_version": "growht"},
+            "field dataset_version: unknown dataset version 'growht'; did you mean 'growth'",
+        ),
         ({"hparams": {"knowgic-tiny": "missing.yaml"}}, "hparams file 'missing.yaml' does not exist"),
         ({"hparams": {"knowgic-tiny": "../outside.yaml"}}, "must be a relative path inside"),
         ({"hparams": {"knowgic-tiny": "/etc/passwd"}}, "must be a relative path inside"),

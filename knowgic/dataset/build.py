@@ -189,10 +189,12 @@ def folder_files(
     head: Mapping[str, Any],
     tail: Mapping[str, Any] | None = None,
     card_extra: str = "",
+    card_source: str | None = None,
 ) -> dict[str, str]:
     """The files of a dataset folder from its chains rows and alias map, ``version.json`` last: the derived
-    configs, the card (``card_extra`` appended), the CHANGELOG of ``entries`` (the last one this version's),
-    LICENSE and citation. ``version.json`` holds ``head`` (name, version, ...), the content hash, the configs
+    configs, the card (``card_source``: where the rows come from, default the upstream repository;
+    ``card_extra`` appended), the CHANGELOG of ``entries`` (the last one this version's), LICENSE and
+    citation. ``version.json`` holds ``head`` (name, version, ...), the content hash, the configs
     and the alias map, then ``tail``, then every file's size and sha256."""
     configs: dict[str, list[dict[str, Any]]] = {
         "chains": [dict(r) for r in chains],
@@ -206,7 +208,9 @@ def folder_files(
     findings = check_chains(configs["chains"]) + check_aliases(aliases, configs["chains"])
     files: dict[str, str] = {DATA_FILES[c]: jsonl_text(rows) for c, rows in configs.items()}
     files[ALIASES_FILE] = aliases_text(aliases)
-    card = render_card(version, summary, sha256, DATA_FILES, configs, aliases, findings, entries[-1])
+    card = render_card(
+        version, summary, sha256, DATA_FILES, configs, aliases, findings, entries[-1], source=card_source
+    )
     files["README.md"] = card.rstrip("\n") + "\n\n" + card_extra if card_extra else card
     files["CHANGELOG.md"] = render_changelog(entries)
     files["LICENSE"] = (UPSTREAM_DIR / "LICENSE").read_text(encoding="utf-8")

@@ -107,7 +107,10 @@ def render_card(
     aliases: Mapping[str, Sequence[str]],
     findings: Sequence[Finding],
     latest_changes: ChangelogEntry,
+    source: str | None = None,
 ) -> str:
+    """The card; ``source`` says where the rows come from (default: the upstream repository's rows, as
+    corrected)."""
     meta = yaml.safe_dump(metadata(configs, rows), sort_keys=False, allow_unicode=True, width=110)
     chains = rows["chains"]
     lengths = Counter(len(r["chain"]["answers"]) for r in chains)
@@ -220,7 +223,8 @@ def render_card(
     )
     parts.append("## Source and license\n")
     parts.append(
-        f"The rows come from the public repository `{SOURCE_REPO}` (commit `{SOURCE_COMMIT}`), MIT license, "
+        source
+        or f"The rows come from the public repository `{SOURCE_REPO}` (commit `{SOURCE_COMMIT}`), MIT license, "
         "copyright 2025 manitbaser99; the notice is in `LICENSE`. The corrections and derived configs are "
         "released under the same license.\n"
     )

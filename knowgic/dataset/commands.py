@@ -132,10 +132,14 @@ def register(subparsers: Any) -> None:
     p = ds_sub.add_parser(
         "path", help="print the folder of a dataset version (a Hugging Face dataset folder)"
     )
-    p.add_argument("--version", default=None, help=VERSION_HELP)
+    p.add_argument(
+        "--version", default=None, help=f"{VERSION_HELP} (default: the latest of the paper's edits)"
+    )
     p.set_defaults(func=_cmd_path)
     s = ds_sub.add_parser("summary", help="counts of a dataset version and its validation warnings")
-    s.add_argument("--version", default=None, help=VERSION_HELP)
+    s.add_argument(
+        "--version", default=None, help=f"{VERSION_HELP} (default: the latest of the paper's edits)"
+    )
     s.add_argument("--json", action="store_true", help="print a JSON object")
     s.set_defaults(func=_cmd_summary)
     h = ds_sub.add_parser(
@@ -203,11 +207,11 @@ def register(subparsers: Any) -> None:
 
     pub = subparsers.add_parser(
         "publish",
-        help="upload a dataset version to the Hugging Face Hub and tag it vX.Y.Z",
+        help="upload a dataset version to the Hugging Face Hub and tag it vX.Y.Z (a track's: TRACK-vX.Y.Z)",
         description="Refuses when the folder's content differs from its recorded hash or the tag exists.",
     )
     pub.add_argument("--repo-id", required=True, help="ORG/NAME of the dataset repo")
-    pub.add_argument("--version", required=True, help="X.Y.Z")
+    pub.add_argument("--version", required=True, help="X.Y.Z, or a track's TRACK-X.Y.Z (tagged TRACK-vX.Y.Z)")
     pub.add_argument("--dry-run", action="store_true", help="print every file and the tag; no network")
     pub.add_argument(
         "--token", default=None, help="Hugging Face token (default: $HF_TOKEN or the saved login)"

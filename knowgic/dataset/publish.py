@@ -2,7 +2,9 @@
 
 After ``publish --repo-id ORG/NAME --version X.Y.Z``, ``datasets.load_dataset("ORG/NAME",
 revision="vX.Y.Z")`` gives exactly that version: the upload replaces every file of the repo (except
-``.gitattributes``) by the folder's, in one commit, and the tag points at that commit.
+``.gitattributes``) by the folder's, in one commit, and the tag points at that commit. A version of another
+track is tagged with the track's name (``growth-1.0.0`` as ``growth-v1.0.0``): publish a track to a repo of
+its own, so that the repo's main branch holds one track.
 
 Refuses (before any network call) when the folder's content hash or any file's sha256 differs from what
 ``version.json`` records, and (before uploading) when the tag already exists. ``--dry-run`` prints the
@@ -17,7 +19,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from knowgic.dataset.io import file_sha256, path_inside, read_json
-from knowgic.dataset.versions import VERSION_FILE, content_sha256, parse_semver, version_dir
+from knowgic.dataset.versions import (
+    VERSION_FILE,
+    content_sha256,
+    parse_version_key,
+    version_dir,
+    version_tag,
+)
 from knowgic.errors import KnowgicError
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -108,7 +116,7 @@ def verify_folder(folder: Path) -> dict[str, Any]:
 def plan_publish(repo_id: str, version: str, folder: Path | None = None) -> PublishPlan:
     """What would be uploaded and tagged; checks the folder first (no network)."""
     check_repo_id(repo_id)
-    parse_semver(version)
+    parse_version_key(version)
     folder = folder if folder is not None else version_dir(version)
     record = verify_folder(folder)
     if record.get("version") != version:
@@ -118,7 +126,7 @@ def plan_publish(repo_id: str, version: str, folder: Path | None = None) -> Publ
         for p in sorted(folder.rglob("*"))
         if p.is_file()
     )
-    return PublishPlan(repo_id, version, f"v{version}", folder, str(record["sha256"]), files)
+    return PublishPlan(repo_id, version, version_tag(version), folder, str(record["sha256"]), files)
 
 
 def _tags(api: HubApi, repo_id: str) -> set[str]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowgic.dataset.card import ChangelogEntry
+from knowgic.dataset.card import SOURCE_COMMIT, SOURCE_REPO, ChangelogEntry
 from knowgic.dataset.io import canonical_json, read_json, sha256_text
 from knowgic.dataset.versions import (
     HUB_DIR,
@@ -277,37 +277,44 @@ def _table(rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines + [f"| {' | '.join(str(x) for x in r)} |" for r in rows])
 
 
-def track_card(key: str, track: Mapping[str, Any], based_on: str | None, base_overlap: int) -> str:
-    """The card's section on what the track is, its two parts and its flags."""
-    source, parts, reserve = track["build"], track["parts"], track["reserve"]
-    model = (source.get("model") or {}).get("id", "?")
+def track_card(key: str, source: Mapping[str, Any], track: Mapping[str, Any], overlap: int) -> str:
+    """The card's section on what the track is, its two parts and its flags; ``overlap``: how many of its
+    facts are facts of the version it was seeded from."""
+    parts, reserve = track["parts"], track["reserve"]
+    model = source.get("model") or {}
+    protocol = source.get("protocol") or {}
+    based_on = track["based_on"]
     pub, res = parts["public"], parts["reserved"]
     largest = pub["largest_family"]
+    others = (
+        "the others are facts of it asked in a reworded form (question refinement): the build grew no new "
+        "facts"
+        if source.get("expand") is False
+        else "the others were grown from the model's own chains of thought"
+    )
     return "\n".join(
         [
             f"## The {track['name']} track\n",
-            f"`{key}` is a track of its own: the graph `knowgic build` grew for the model `{model}` (revision "
-            f"`{(source.get('model') or {}).get('revision', '?')}`) from the facts of {source.get('seeds')} "
-            f"that it knows (protocol `{(source.get('protocol') or {}).get('name', '?')}`, known rule "
-            f"`{((source.get('protocol') or {}).get('params') or {}).get('known_rule', '?')}`), every fact's "
-            "edge an edit request with a drawn counterfactual, its chains the paths through the whole graph "
-            f"(one edge per fact, {source.get('phrasings_merged')} phrasings merged into another fact's edge; "
-            f"at most {source.get('max_chains_per_edit')} chains per edit and "
+            f"`{key}` is a track of its own: the graph `knowgic build` grew for the model `{model.get('id')}` "
+            f"(revision `{model.get('revision')}`) from the facts of {source.get('seeds')} that it knows "
+            f"(protocol `{protocol.get('name')}`, known rule `{(protocol.get('params') or {}).get('known_rule')}`), "
+            "every fact's edge an edit request with a drawn counterfactual, its chains the paths through the "
+            f"whole graph (one edge per fact, {source.get('phrasings_merged')} phrasings merged into another "
+            f"fact's edge; at most {source.get('max_chains_per_edit')} chains per edit and "
             f"{source.get('max_chains_per_family')} per family). Build `{str(source.get('build_key'))[:12]}`, "
             f"content sha256 `{source.get('build_sha256')}`.\n",
-            f"Its facts are the ones `{model}` knows: on another model most chains are inactive. Its values "
-            f"are not comparable with {based_on or 'the main track'}'s: other edits (new counterfactuals), "
-            "one graph shared by every edit instead of each edit's own, and one-step chains that restate the "
-            "edit. A results file records the version and its content hash, and a ranking holds runs of one "
-            f"version only. {base_overlap} of this version's {pub['facts']} facts are facts of {based_on} "
-            "(the others are facts of it asked in a reworded form), so a split disjoint from this track is "
-            f"not disjoint from {based_on}.\n",
+            f"Its facts are the ones `{model.get('id')}` knows: on another model most chains are inactive. Its "
+            f"values are not comparable with {based_on}'s: other edits (new counterfactuals), one graph shared "
+            "by every edit instead of each edit's own, and one-step chains that restate the edit. A results "
+            "file records the version and its content hash, and a ranking holds runs of one version only. "
+            f"{overlap} of this version's {pub['facts']} facts are facts of {based_on} ({others}), so a split "
+            f"disjoint from this track is not disjoint from {based_on}.\n",
             "### Public and reserved parts\n",
-            "A share of the build's families (connected components of its fact graph) is reserved for a "
-            f"private split and not published: {RULE}, with share {reserve['share']:g} and seed "
-            f"{reserve['seed']}. The two parts share no fact, no chain step and no entity of a fact (an "
-            "edit's counterfactual `target_new` may name an entity of the other part; it is no fact). The "
-            f"reserved part's content sha256 is `{res['sha256']}`.\n",
+            "A share of the build's families is reserved for a private split and not published: "
+            f"{reserve['rule']}, with share {reserve['share']:g} and seed {reserve['seed']}. The two parts share "
+            "no fact, no chain step and no entity of a fact (an edit's counterfactual `target_new` may name an "
+            "entity of the other part; it is no fact). The reserved part's content sha256 is "
+            f"`{res['sha256']}`.\n",
             _table(
                 [
                     ["families", pub["families"], res["families"]],
@@ -351,30 +358,36 @@ def track_files(
     model = (source.get("model") or {}).get("id", "?")
     track = {
         "name": track_name,
-        "build": source,
+        "based_on": based_on,
         "reserve": {"unit": "family", "rule": RULE, "share": split.share, "seed": split.seed},
         "parts": {
             "public": split.public.counts(),
             "reserved": {**split.reserved.counts(name_largest=False), "sha256": split.reserved.sha256()},
         },
     }
-    overlap = len(split.public.facts & _base_facts(based_on))
-    pub = track["parts"]["public"]
+    pub, res = track["parts"]["public"], track["parts"]["reserved"]
     summary = (
         f"The `{track_name}` track of KnowGIC: the graph `knowgic build` grew for `{model}`, {pub['edits']} "
         f"edits and {pub['chains']} chains over {pub['facts']} facts that `{model}` knows, less the "
-        f"{track['parts']['reserved']['edits']} edits of the families reserved for a private split."
+        f"{res['edits']} edits of the families reserved for a private split."
+    )
+    card_source = (
+        f"The rows were built by `knowgic build` from the facts of {source.get('seeds')} that `{model}` knows; "
+        f"those come from the public repository `{SOURCE_REPO}` (commit `{SOURCE_COMMIT}`), MIT license, "
+        "copyright 2025 manitbaser99; the notice is in `LICENSE`. The rows are released under the same "
+        "license.\n"
     )
     entry = ChangelogEntry(
         key,
         summary,
         (
             f"First version of the track: build `{str(source['build_key'])[:12]}` (content sha256 "
-            f"{source['build_sha256']}), {pub['families']} of its "
-            f"{pub['families'] + track['parts']['reserved']['families']} families published.",
+            f"{source['build_sha256']}), {pub['families']} of its {pub['families'] + res['families']} "
+            "families published.",
         ),
     )
     head = {"name": "knowgic", "version": key, "source": source, "based_on": based_on}
+    overlap = len(split.public.facts & _base_facts(based_on))
     public = folder_files(
         key,
         summary,
@@ -383,12 +396,12 @@ def track_files(
         [entry],
         head=head,
         tail={"track": track},
-        card_extra=track_card(key, track, based_on, overlap),
+        card_extra=track_card(key, source, track, overlap),
+        card_source=card_source,
     )
     reserved_summary = (
-        f"The reserved part of KnowGIC {key}: {track['parts']['reserved']['edits']} edits and "
-        f"{track['parts']['reserved']['chains']} chains of the families reserved for a private split. Never "
-        "publish it: keep it where submitted code never runs."
+        f"The reserved part of KnowGIC {key}: {res['edits']} edits and {res['chains']} chains of the families "
+        "reserved for a private split. Never publish it: keep it where submitted code never runs."
     )
     reserved = folder_files(
         key,
@@ -398,6 +411,7 @@ def track_files(
         [ChangelogEntry(key, reserved_summary, entry.lines)],
         head={**head, "name": RESERVED_NAME},
         tail={"track": track},
+        card_source=card_source,
     )
     return public, reserved
 

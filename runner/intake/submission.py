@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from knowgic.dataset.versions import resolve_version
 from knowgic.runner.intake.archive import SubmissionError, SubmissionLimits, unpack, write_normalised_archive
 from knowgic.runner.intake.manifest import (
     MANIFEST_NAME,
@@ -90,13 +91,17 @@ def load_submission(path: str | Path, workdir: Path, limits: SubmissionLimits = 
     return Submission(manifest=manifest, root=root, archive=archive, sha256=sha)
 
 
-def job_keys(submission: Submission, limit: int | None = None) -> list[JobKey]:
+def job_keys(
+    submission: Submission, limit: int | None = None, dataset_version: str | None = None
+) -> list[JobKey]:
     """The submission's jobs: one per model x protocol x mode its manifest asks for (modes and dataset
     version already resolved by :func:`~knowgic.runner.intake.manifest.check_manifest`), resolved here,
-    once; ``limit`` (smoke runs only) scores the first N cases of each."""
+    once; ``limit`` (smoke runs only) scores the first N cases of each; ``dataset_version`` (a version key
+    or a track's name, resolved) puts them on that version instead of the manifest's."""
     manifest = submission.manifest
+    version = resolve_version(dataset_version) if dataset_version else manifest["dataset_version"]
     return [
-        JobKey(submission.sha256, model, protocol, mode, manifest["dataset_version"], limit)
+        JobKey(submission.sha256, model, protocol, mode, version, limit)
         for model in manifest["models"]
         for protocol in manifest["protocols"]
         for mode in manifest["modes"]
@@ -113,6 +118,7 @@ def submit(
     limits: SubmissionLimits = DEFAULT_LIMITS,
     submitter: Submitter | None = None,
     policy: SubmitPolicy | None = None,
+    dataset_version: str | None = None,
 ) -> tuple[Submission, list[Job]]:
     """Validate a submission, store its normalised archive and enqueue its jobs for ``submitter``.
 
@@ -120,8 +126,11 @@ def submit(
     read, and one whose jobs would take its submitter over a quota before the archive is stored (the
     queue checks again as it inserts them, atomically). Without ``workdir`` the unpacked copy is removed
     afterwards and the returned ``archive`` is the store's copy. ``limit`` (smoke runs only) scores the
-    first N cases.
+    first N cases. ``dataset_version``: the jobs' dataset version instead of the manifest's (checked
+    before anything is unpacked).
     """
+    if dataset_version is not None:
+        resolve_version(dataset_version)  # an unknown name fails here, in one line
     submitter_id = submitter.id if submitter is not None else None
     refusal = policy.refusal(submitter_id) if policy is not None else None
     if refusal is not None:
@@ -130,7 +139,7 @@ def submit(
     work = Path(tempfile.mkdtemp(prefix="knowgic-submit-")) if own else Path(workdir)  # type: ignore[arg-type]
     try:
         submission = load_submission(path, work, limits)
-        keys = job_keys(submission, limit)
+        keys = job_keys(submission, limit, dataset_version)
         if policy is not None:
             queue.check_quotas(submission, keys, submitter=submitter_id, policy=policy)
         sha = store.put_submission(submission.archive)
