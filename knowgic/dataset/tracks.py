@@ -416,6 +416,13 @@ def track_files(
     return public, reserved
 
 
+def spec_file() -> Path:
+    """``spec/benchmark.yaml``, where a track's version is declared."""
+    from knowgic.paths import spec_dir
+
+    return spec_dir() / "benchmark.yaml"
+
+
 def write_track(
     build_dir: str | Path,
     track: str,
@@ -423,15 +430,18 @@ def write_track(
     reserved_out: str | Path,
     share: float = DEFAULT_RESERVE_SHARE,
     seed: int = DEFAULT_SEED,
-    hub_dir: Path = HUB_DIR,
+    hub_dir: Path | None = None,
     spec_path: Path | None = None,
 ) -> tuple[str, Path, Path, TrackSplit]:
     """Cut a build into its public and reserved parts, write the public version folder into ``hub_dir``
     with its entry in the benchmark spec, and the reserved part into ``reserved_out``; returns the version
-    key, both folders and the split. Every check runs before anything is written."""
+    key, both folders and the split. Every check runs before anything is written. ``hub_dir`` and
+    ``spec_path`` default to the package's dataset folder and ``spec/benchmark.yaml``."""
     from knowgic.dataset.build import update_spec, write_version
     from knowgic.dataset.folder import open_dataset
-    from knowgic.paths import spec_dir
+
+    hub_dir = hub_dir or HUB_DIR
+    spec_path = spec_path or spec_file()
 
     if track == MAIN_TRACK:
         raise KnowgicError(
@@ -451,5 +461,5 @@ def write_track(
     out.mkdir(parents=True, exist_ok=True)
     write_version(out, reserved)
     write_version(hub_dir / key, public)
-    update_spec(spec_path or spec_dir() / "benchmark.yaml", {key: json.loads(public[VERSION_FILE])})
+    update_spec(spec_path, {key: json.loads(public[VERSION_FILE])})
     return key, hub_dir / key, out, split
