@@ -161,6 +161,20 @@ def test_split_equals_evaluate(knowgic_tiny, tmp_path, editor: str, mode: str) -
         assert document["runner"]["delta_bytes"] > 100_000
 
 
+def test_a_job_on_another_dataset_track_runs_through_the_stages(knowgic_tiny, tmp_path) -> None:
+    """A job names a version of another track (here by the track's name): prepare, edit and score run on
+    its edits and chains, and give what evaluate gives."""
+    spec = _job(knowgic_tiny, "ice", dataset_version="growth")
+    document = _split(knowgic_tiny, spec, tmp_path)
+    request = EvaluationRequest(
+        model="knowgic-tiny", editor="ice", limit=LIMIT, dataset_version="growth-1.0.0", use_cache=False
+    )
+    _assert_same_scores(evaluate(request, progress=False, loaded=knowgic_tiny).document, document)
+    assert document["dataset"]["version"] == "growth-1.0.0"
+    requests = EditRequests.read(tmp_path / "requests.json")
+    assert requests.dataset_version == "growth-1.0.0" and len(requests.edits) == LIMIT
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("editor", "mode"),
