@@ -345,3 +345,31 @@ def test_runner_submit_queues_jobs_on_growth(tmp_path: Path, capsys) -> None:
         "--db", store.queue_url(),
     )  # fmt: skip
     assert code == 0 and "dataset 1.1.0" in out
+
+
+@pytest.mark.slow
+def test_growth_is_the_declared_cut_of_knowgic_tinys_growth_build(tmp_path: Path) -> None:
+    """The shipped growth-1.0.0 is what the declared rule cuts from the build its card names, byte for byte;
+    the reserved part that build leaves shares no fact with it."""
+    from knowgic.builder.pipeline import BuildConfig, run_build
+
+    out = tmp_path / "growth"
+    run_build(BuildConfig(model="knowgic-tiny", build_dir=tmp_path / "b", out=out, source="1.1.0", expand=False,
+                          edits="all", progress=False))  # fmt: skip
+    assert open_dataset(out).sha256 == version_info(GROWTH)["source"]["build_sha256"]
+    spec = tmp_path / "benchmark.yaml"
+    shutil.copy(spec_dir() / "benchmark.yaml", spec)
+    share, seed = (version_info(GROWTH)["track"]["reserve"][k] for k in ("share", "seed"))
+    _key, public, reserved, _split = write_track(
+        out, "growth", "1.0.0", tmp_path / "reserved", share, seed, hub_dir=tmp_path / "hub", spec_path=spec
+    )
+    shipped = version_dir(GROWTH)
+    files = sorted(p.relative_to(shipped) for p in shipped.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(public) for p in public.rglob("*") if p.is_file())
+    for rel in files:
+        assert (public / rel).read_bytes() == (shipped / rel).read_bytes(), rel
+    assert spec.read_text(encoding="utf-8") == (spec_dir() / "benchmark.yaml").read_text(encoding="utf-8")
+    shipped_rows, reserved_rows = load_rows("chains", GROWTH), open_dataset(reserved).rows("chains")
+    assert not _facts(shipped_rows) & _facts(reserved_rows)
+    assert not fact_entities(_facts(shipped_rows)) & fact_entities(_facts(reserved_rows))
+    assert open_dataset(reserved).sha256 == version_info(GROWTH)["track"]["parts"]["reserved"]["sha256"]
