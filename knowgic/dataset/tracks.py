@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from knowgic.dataset.card import SOURCE_COMMIT, SOURCE_REPO, ChangelogEntry
+from knowgic.dataset.checks import restates_edit
+from knowgic.dataset.derive import edit_id
 from knowgic.dataset.io import canonical_json, read_json, sha256_text
 from knowgic.dataset.versions import (
     HUB_DIR,
@@ -102,7 +104,7 @@ def reserved_families(edits: Mapping[str, int], share: float, seed: int) -> list
 def phrasing_duplicate_chains(rows: Sequence[Row]) -> int:
     """Chains of an edit that walk the same entities as another chain of it (phrasing variants of one
     path; the builder's one edge per fact makes this 0)."""
-    paths = [(r["edit_id"], *r["chain"]["subjects"], r["chain"]["answers"][-1]) for r in rows]
+    paths = [(edit_id(r), *r["chain"]["subjects"], r["chain"]["answers"][-1]) for r in rows]
     return len(paths) - len(set(paths))
 
 
@@ -137,10 +139,10 @@ class Part:
         share = round(largest[1] / len(self.rows), 4) if self.rows else 0.0
         return {
             "families": len(self.families),
-            "edits": len({r["edit_id"] for r in self.rows}),
+            "edits": len({edit_id(r) for r in self.rows}),
             "chains": len(self.rows),
             "facts": len(fact_rows(self.rows, self.aliases)),
-            "chains_restating_edit": sum(bool(r["flags"]["chain_restates_edit"]) for r in self.rows),
+            "chains_restating_edit": sum(restates_edit(r) for r in self.rows),
             "phrasing_duplicate_chains": phrasing_duplicate_chains(self.rows),
             "largest_family": {
                 **({"family": largest[0]} if name_largest else {}),
@@ -192,7 +194,7 @@ def split_track(
         )
     edits: dict[str, set[str]] = {}
     for row in rows:
-        edits.setdefault(row_family(row, family_of), set()).add(str(row["edit_id"]))
+        edits.setdefault(row_family(row, family_of), set()).add(edit_id(row))
     sizes = {f: len(e) for f, e in edits.items()}
     reserved = set(reserved_families(sizes, share, seed))
     if not reserved:
