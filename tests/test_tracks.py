@@ -291,6 +291,15 @@ def test_evaluate_runs_on_growth_by_name(capsys) -> None:
     assert document["dataset"]["sha256"] == version_info(GROWTH)["sha256"]
     assert document["config"]["limit"] == 2 and len(document["per_edit"]) == 2
     assert document["counts"]["chains"] == document["counts"]["active_chains"] > 0
+    # a run on the track is never compared (nor ranked) with a run on the paper's edits
+    from knowgic.measure.compare import compare_results
+
+    code, out, _ = _cli(
+        capsys, "evaluate", "--editor", "none", "--dataset", "1.1.0", "--limit", "2", "--json"
+    )
+    assert code == 0
+    with pytest.raises(KnowgicError, match=r"^cannot compare the runs: .*dataset"):
+        compare_results(document, json.loads(out))
 
 
 def test_a_misspelt_version_fails_in_one_line_before_any_work(capsys, tmp_path: Path) -> None:
