@@ -31,7 +31,7 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,7 +69,11 @@ class RankPopulation:
         return {
             p: declared[p]
             for p in wanted
-            if (p in self.sums if declared[p].kind != "composite" else all(q in self.sums for q in declared[p].of))
+            if (
+                p in self.sums
+                if declared[p].kind != "composite"
+                else all(q in self.sums for q in declared[p].of)
+            )
         }
 
     def values(self, path: str, idx: np.ndarray | None = None, resamples: int = 0, seed: int = 0) -> Any:
@@ -126,7 +130,9 @@ def _one_per_edit(name: str, runs: Sequence[str], values: np.ndarray) -> RankPop
     return RankPopulation(name, tuple(runs), {"ifr_per_edit": (values, ones)})
 
 
-def hostile_populations(real: RankPopulation | None = None, n: int = 2000, seed: int = 30) -> list[RankPopulation]:
+def hostile_populations(
+    real: RankPopulation | None = None, n: int = 2000, seed: int = 30
+) -> list[RankPopulation]:
     """The hostile populations of the module docstring (the exchangeable one needs the real runs)."""
     rng = np.random.default_rng(seed)
     shared, own = rng.beta(0.5, 0.5, n), [rng.beta(0.5, 0.5, n) for _ in range(3)]
@@ -145,11 +151,17 @@ def hostile_populations(real: RankPopulation | None = None, n: int = 2000, seed:
         [_centred(rng.beta(0.3, 0.3, n), v, 1.0 if k == 2 else 0.15) for k, v in enumerate(noisy)]
     )
     if real is not None and "ifr_per_edit" in real.sums:
-        picked = [real.runs.index(r) for r in ("rome", "memit", "alphaedit", "prune", "rect") if r in real.runs]
+        picked = [
+            real.runs.index(r) for r in ("rome", "memit", "alphaedit", "prune", "rect") if r in real.runs
+        ]
         base = real.sums["ifr_per_edit"][0][picked]  # (5, edits): each edit's five real values
         orders = list(itertools.permutations(range(len(picked))))
         swapped = np.concatenate([base[list(order)] for order in orders], axis=1)
-        out.append(_one_per_edit("exchangeable runs (real per-edit IFRs)", [f"run {k}" for k in range(len(picked))], swapped))
+        out.append(
+            _one_per_edit(
+                "exchangeable runs (real per-edit IFRs)", [f"run {k}" for k in range(len(picked))], swapped
+            )
+        )
     out.append(_one_per_edit("near ties, one noisy run", [f"{v:.2f}" for v in noisy], near))
     return out
 
@@ -187,7 +199,9 @@ def rank_coverage(
             width += float((high - low + 1).mean())
             score = (-1.0 if spec.lower_is_better else 1.0) * values
             better = score[:, None] > score[None, :]
-            inverted += bool((better & ((low[:, None] > low[None, :]) | (high[:, None] > high[None, :]))).any())
+            inverted += bool(
+                (better & ((low[:, None] > low[None, :]) | (high[:, None] > high[None, :]))).any()
+            )
             used += 1
         out[path] = {
             "coverage": float(hits.sum() / (used * runs)) if used else float("nan"),
@@ -239,7 +253,9 @@ def write_populations(pop: RankPopulation, path: Path = POPULATIONS_FILE) -> Non
 
 def load_population(path: Path = POPULATIONS_FILE) -> RankPopulation:
     data = json.loads(path.read_text(encoding="utf-8"))
-    sums = {p: (np.array(v["a"], dtype=float), np.array(v["b"], dtype=float)) for p, v in data["sums"].items()}
+    sums = {
+        p: (np.array(v["a"], dtype=float), np.array(v["b"], dtype=float)) for p, v in data["sums"].items()
+    }
     return RankPopulation(data["name"], tuple(data["runs"]), sums)
 
 
@@ -254,7 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=POPULATIONS_FILE, help=f"default: {POPULATIONS_FILE}")
     t = sub.add_parser("table", help="print the coverage table")
     t.add_argument("--samples", type=int, default=1000, help="samples per line (default 1000)")
-    t.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples per sample (default 1000)")
+    t.add_argument(
+        "--resamples", type=int, default=1000, help="bootstrap resamples per sample (default 1000)"
+    )
     t.add_argument("--edits", default="26,6", help="sample sizes, comma-separated (default 26,6)")
     t.add_argument("--methods", default=",".join(RANK_METHODS), help="rank methods, comma-separated")
     args = parser.parse_args(argv)

@@ -137,7 +137,9 @@ class RankingKey:
     @property
     def edit_set(self) -> str:
         """The edit set in words: ``KnowGIC 1.1.0 (sha256 1a2b3c4d5e6f), all 26 edits``."""
-        which = f"all {self.edits} edits" if self.full else f"the first {self.edits} edits (--limit {self.limit})"
+        which = (
+            f"all {self.edits} edits" if self.full else f"the first {self.edits} edits (--limit {self.limit})"
+        )
         return f"{self.dataset} {self.dataset_version} (sha256 {self.dataset_sha256[:12]}), {which}"
 
     @property
@@ -221,10 +223,40 @@ class RankRange:
         return self.low <= other.high and other.low <= self.high
 
 
+def ranked_form(spec: BenchmarkSpec, path: str) -> str:
+    """The path of the form that ranks the metric at ``path`` (``ranked_by``; a part ranks by the same part
+    of it: ``ifr_by_length.2`` by ``ifr_by_length_per_edit.2``); ``path`` itself when undeclared."""
+    metric = spec.metric_at(path)
+    if metric is None:
+        return path
+    part = path.partition(".")[2]
+    return f"{metric.ranked_by}.{part}" if part else metric.ranked_by
+
+
 def ranked_forms(spec: BenchmarkSpec | None = None) -> dict[str, str]:
     """Each headline metric (by path, spec order) -> the path of the form that ranks it (``ranked_by``)."""
     spec = spec or benchmark_spec()
-    return {p: m.ranked_by for p, m in spec.metric_paths().items() if m.headline and not m.parts}
+    return {p: ranked_form(spec, p) for p, m in spec.metric_paths().items() if m.headline and not m.parts}
+
+
+def with_paper_forms(spec: BenchmarkSpec, paths: Sequence[str]) -> list[tuple[str, bool]]:
+    """``paths`` as a table shows them, each once: a metric that ranks by another form (the paper's pooled
+    IFR, Preservation) as ``(path, True)`` followed by that form ``(form, False)``; a form that ranks a
+    paper's metric is preceded by it. The paper's figures are shown, their per-edit forms rank."""
+    declared = spec.metric_paths()
+    papers: dict[str, str] = {}
+    for path in declared:
+        form = ranked_form(spec, path)
+        if form != path:
+            papers.setdefault(form, path)
+    out: dict[str, bool] = {}
+    for path in paths:
+        form = ranked_form(spec, path)
+        paper = path if form != path else papers.get(path)
+        if paper is not None and paper not in out:
+            out[paper] = True
+        out.setdefault(form, False)
+    return list(out.items())
 
 
 @dataclass(frozen=True)
@@ -273,8 +305,11 @@ def _stated(document: Mapping[str, Any], path: str) -> float | None:
 
 
 def linearize(
-    sums: Mapping[str, tuple[np.ndarray, np.ndarray]], metric: MetricSpec, path: str,
-    declared: Mapping[str, MetricSpec], weights: np.ndarray,
+    sums: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    metric: MetricSpec,
+    path: str,
+    declared: Mapping[str, MetricSpec],
+    weights: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""Every run's value in every weighting of the edits and its per-edit influence on the sample itself:
     ``theta`` of shape (runs, 1 + resamples) and ``z`` of shape (runs, edits), from ``sums[path] = (a, b)``
@@ -369,12 +404,16 @@ def rank_metric(paired: PairedResamples, metric: str, method: str = RANK_METHOD)
     common = {"metric": metric, "lower_is_better": spec.lower_is_better, "values": tuple(values)}
     n_edits = 0 if paired.problem else len(next(iter(paired.sums[0].values())).ratio.numerator)
     reason = paired.problem or (
-        "the runs share fewer than two edits: resampling edits cannot tell them apart" if n_edits < 2 else None
+        "the runs share fewer than two edits: resampling edits cannot tell them apart"
+        if n_edits < 2
+        else None
     )
     if reason is not None or n < 2:
         for i in defined:
             ranges[i] = RankRange(1, n)
-        return MetricRanking(**common, ranges=tuple(ranges), method=method, level=settings.level, reason=reason)
+        return MetricRanking(
+            **common, ranges=tuple(ranges), method=method, level=settings.level, reason=reason
+        )
     parts = spec.of if spec.kind == "composite" else (metric,)
     sums = {
         p: (
@@ -386,7 +425,12 @@ def rank_metric(paired: PairedResamples, metric: str, method: str = RANK_METHOD)
     weights = np.vstack([np.ones((1, n_edits)), resample_counts(n_edits, settings.resamples, settings.seed)])
     theta, z = linearize(sums, spec, metric, paired.declared, weights)
     low, high = rank_bounds(
-        theta, z, [float(values[i]) for i in defined], spec.lower_is_better, settings.level, method  # type: ignore[arg-type]
+        theta,
+        z,
+        [float(values[i]) for i in defined],
+        spec.lower_is_better,
+        settings.level,
+        method,  # type: ignore[arg-type]
     )
     for k, i in enumerate(defined):
         ranges[i] = RankRange(int(low[k]), int(high[k]))
@@ -410,9 +454,7 @@ def rank_runs(
     by_form: dict[str, MetricRanking] = {}
     out = {}
     for path in wanted:
-        form = spec.metric_at(path).ranked_by if spec.metric_at(path) is not None else path  # type: ignore[union-attr]
-        if "." in path:  # a part ranks by the same part of its ranked form
-            form = f"{form}.{path.partition('.')[2]}"
+        form = ranked_form(spec, path)
         if form not in by_form:
             by_form[form] = rank_metric(paired, form)
         out[path] = by_form[form]
