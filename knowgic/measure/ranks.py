@@ -337,10 +337,12 @@ def rank_bounds(
     lower_is_better: bool,
     level: float,
     method: str = RANK_METHOD,
+    ordered: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each run's rank range (``low``, ``high``, integer arrays), from ``theta`` (runs, 1 + resamples) and
     ``z`` (runs, edits) of :func:`linearize`; ``values`` orders the runs (the stated values). Every run must
-    have a value; a resample where a run's value is undefined is left out of that run's comparisons."""
+    have a value; a resample where a run's value is undefined is left out of that run's comparisons.
+    ``ordered``: widened in value order (:func:`in_value_order`); False gives the method's own ends."""
     n = theta.shape[0]
     s = -1.0 if lower_is_better else 1.0
     if method == "simultaneous":
@@ -373,7 +375,7 @@ def rank_bounds(
         high = np.quantile(ranks, 1 - alpha / 2, axis=1, method="higher").astype(int)
     else:
         raise KnowgicError(f"unknown rank method {method!r}; known: {', '.join(RANK_METHODS)}")
-    return in_value_order(values, low, high, lower_is_better)
+    return in_value_order(values, low, high, lower_is_better) if ordered else (low, high)
 
 
 def in_value_order(
