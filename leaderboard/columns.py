@@ -23,7 +23,7 @@ columns once and hands them to its boards, views and plots).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -141,8 +141,9 @@ class Columns:
 
     @property
     def per_edit(self) -> tuple[MetricColumn, ...]:
-        """The headline metrics an edit can have on its own (a composite is a run's summary only)."""
-        return tuple(c for c in self.metrics if c.metric.kind != "composite")
+        """The headline metrics an edit can have on its own (a composite is a run's summary only), by their
+        plain labels: one edit's IFR is the same in the paper's pooled form and the per-edit one."""
+        return tuple(replace(c, paper=False) for c in self.metrics if c.metric.kind != "composite")
 
     def per_edit_in(self, records: Sequence[Mapping[str, Any]]) -> tuple[MetricColumn, ...]:
         """The per-edit metrics that per-edit ``records`` (a results document's ``per_edit``) carry; all of
