@@ -109,8 +109,8 @@ def test_coverage_holds_under_equal_values_with_other_spreads_where_percentiles_
     ranges of the bootstrap ranks do not."""
     equal = hostile_populations()[0]
     assert equal.name.startswith("equal values") and (equal.true_ranks("ifr_per_edit") == 1).all()
-    ours = rank_coverage(equal, 26, samples=60, method="simultaneous", resamples=400)["ifr_per_edit"]
-    theirs = rank_coverage(equal, 26, samples=60, method="percentile", resamples=400)["ifr_per_edit"]
+    found = rank_coverage(equal, 26, samples=60, methods=("simultaneous", "percentile"), resamples=400)
+    ours, theirs = found["ifr_per_edit", "simultaneous"], found["ifr_per_edit", "percentile"]
     assert ours["coverage"] >= 0.93 and ours["inverted"] == 0.0
     assert theirs["coverage"] < ours["coverage"] - 0.05
 
@@ -121,7 +121,7 @@ def test_coverage_of_the_real_and_hostile_populations_at_26_edits() -> None:
     on every population and metric, and no sample inverts the values."""
     real = load_population()
     for pop in (real, *hostile_populations(real)):
-        for path, row in rank_coverage(pop, 26, samples=300, resamples=1000).items():
+        for (path, _), row in rank_coverage(pop, 26, samples=300, resamples=1000).items():
             assert row["coverage"] >= 0.95 and row["inverted"] == 0.0, (pop.name, path, row)
 
 

@@ -31,7 +31,7 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,15 +79,19 @@ class RankPopulation:
     def values(self, path: str, idx: np.ndarray | None = None, resamples: int = 0, seed: int = 0) -> Any:
         """Every run's value on the edits ``idx`` (default: all), with ``resamples`` joint resamples of them:
         ``theta`` (runs, 1 + resamples) and ``z`` (runs, edits) of :func:`knowgic.measure.ranks.linearize`."""
+        n = self.size if idx is None else len(idx)
+        weights = np.ones((1, n))
+        if resamples:
+            weights = np.vstack([weights, resample_counts(n, resamples, seed)])
+        return self.weighted(path, weights, idx)
+
+    def weighted(self, path: str, weights: np.ndarray, idx: np.ndarray | None = None) -> Any:
+        """:meth:`values` for given weights of the edits ``idx`` (row 0: the sample itself)."""
         declared = benchmark_spec().metric_paths()
         spec = declared[path]
         parts = spec.of if spec.kind == "composite" else (path,)
         take = slice(None) if idx is None else idx
         sums = {p: (self.sums[p][0][:, take], self.sums[p][1][:, take]) for p in parts}
-        n = next(iter(sums.values()))[0].shape[1]
-        weights = np.ones((1, n))
-        if resamples:
-            weights = np.vstack([weights, resample_counts(n, resamples, seed)])
         return linearize(sums, spec, path, declared, weights)
 
     def true_ranks(self, path: str) -> np.ndarray:
@@ -170,74 +174,82 @@ def rank_coverage(
     pop: RankPopulation,
     n_edits: int,
     samples: int,
-    method: str = "simultaneous",
+    methods: Sequence[str] = ("simultaneous",),
     resamples: int = 1000,
     level: float = 0.95,
     seed: int = 0,
-) -> dict[str, dict[str, float]]:
-    """Per ranked metric, over ``samples`` samples of ``n_edits`` edits: ``coverage`` (share of run ranges
-    that hold the true rank), ``worst`` (that share for the worst-covered run), ``joint`` (share of samples
-    where every run's range holds it), ``width`` (mean high - low + 1, in ranks) and ``inverted`` (share of
-    samples where a better value shows a worse end: 0 by construction)."""
+) -> dict[tuple[str, str], dict[str, float]]:
+    """Per ranked metric and method, over ``samples`` samples of ``n_edits`` edits (the same samples and
+    resamples for every method): ``coverage`` (share of run ranges that hold the true rank), ``worst`` (that
+    share for the worst-covered run), ``joint`` (share of samples where every run's range holds it),
+    ``width`` (mean high - low + 1, in ranks) and ``inverted`` (share of samples where a better value shows
+    a worse end: 0 by construction)."""
     rng = np.random.default_rng(seed)
-    out = {}
-    for path, spec in pop.metrics().items():
-        truth = pop.true_ranks(path)
-        runs = truth.size
-        hits = np.zeros(runs)
-        joint = width = inverted = used = 0
-        for k in range(samples):
-            idx = rng.integers(0, pop.size, size=n_edits)
-            theta, z = pop.values(path, idx, resamples, seed + k)
+    metrics = pop.metrics()
+    truths = {path: pop.true_ranks(path) for path in metrics}
+    keys = [(path, method) for path in metrics for method in methods]
+    hits = {k: np.zeros(truths[k[0]].size) for k in keys}
+    tally = {k: {"joint": 0.0, "width": 0.0, "inverted": 0.0, "used": 0} for k in keys}
+    for k in range(samples):
+        idx = rng.integers(0, pop.size, size=n_edits)
+        weights = np.vstack([np.ones((1, n_edits)), resample_counts(n_edits, resamples, seed + k)])
+        for path, spec in metrics.items():
+            theta, z = pop.weighted(path, weights, idx)
             values = theta[:, 0]
             if np.isnan(values).any():
                 continue  # a sample where a run's metric is undefined: a ranking would leave the run out
-            low, high = rank_bounds(theta, z, values, spec.lower_is_better, level, method)
-            inside = (low <= truth) & (truth <= high)
-            hits += inside
-            joint += bool(inside.all())
-            width += float((high - low + 1).mean())
             score = (-1.0 if spec.lower_is_better else 1.0) * values
             better = score[:, None] > score[None, :]
-            inverted += bool(
-                (better & ((low[:, None] > low[None, :]) | (high[:, None] > high[None, :]))).any()
-            )
-            used += 1
-        out[path] = {
-            "coverage": float(hits.sum() / (used * runs)) if used else float("nan"),
-            "worst": float(hits.min() / used) if used else float("nan"),
-            "joint": joint / used if used else float("nan"),
-            "width": width / used if used else float("nan"),
-            "inverted": inverted / used if used else float("nan"),
+            for method in methods:
+                low, high = rank_bounds(theta, z, values, spec.lower_is_better, level, method)
+                inside = (low <= truths[path]) & (truths[path] <= high)
+                hits[path, method] += inside
+                row = tally[path, method]
+                row["joint"] += bool(inside.all())
+                row["width"] += float((high - low + 1).mean())
+                row["inverted"] += bool(
+                    (better & ((low[:, None] > low[None, :]) | (high[:, None] > high[None, :]))).any()
+                )
+                row["used"] += 1
+    out = {}
+    for key in keys:
+        row, used, runs = tally[key], tally[key]["used"], truths[key[0]].size
+        out[key] = {
+            "coverage": float(hits[key].sum() / (used * runs)) if used else float("nan"),
+            "worst": float(hits[key].min() / used) if used else float("nan"),
+            "joint": row["joint"] / used if used else float("nan"),
+            "width": row["width"] / used if used else float("nan"),
+            "inverted": row["inverted"] / used if used else float("nan"),
             "samples": used,
             "runs": runs,
         }
     return out
 
 
-def coverage_table(
+TABLE_HEADER = (
+    "| population | metric | edits | method | coverage | worst run | all runs at once | mean width (ranks) "
+    "| inverted |\n| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"
+)
+
+
+def coverage_lines(
     populations: Sequence[RankPopulation],
     sizes: Sequence[int],
     samples: int,
     methods: Sequence[str] = tuple(RANK_METHODS),
     resamples: int = 1000,
-) -> str:
-    """The Markdown table of docs/metrics.md: one line per population, metric, edits and method."""
+) -> Iterator[str]:
+    """The lines of the Markdown table of docs/metrics.md (after :data:`TABLE_HEADER`), one per population,
+    metric, edits and method, as they are measured."""
     declared = benchmark_spec().metric_paths()
-    lines = [
-        "| population | metric | edits | method | coverage | worst run | all runs at once | mean width (ranks) | inverted |",
-        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
     for pop in populations:
         for size in sizes:
-            for method in methods:
-                for path, row in rank_coverage(pop, size, samples, method, resamples).items():
-                    lines.append(
-                        f"| {pop.name} ({row['runs']} runs) | {declared[path].label} | {size} | {method} | "
-                        f"{row['coverage']:.3f} | {row['worst']:.3f} | {row['joint']:.3f} | "
-                        f"{row['width']:.2f} | {row['inverted']:.3f} |"
-                    )
-    return "\n".join(lines) + "\n"
+            for (path, method), row in rank_coverage(pop, size, samples, methods, resamples).items():
+                yield (
+                    f"| {pop.name} ({row['runs']} runs) | {declared[path].label} | {size} | {method} | "
+                    f"{row['coverage']:.3f} | {row['worst']:.3f} | {row['joint']:.3f} | "
+                    f"{row['width']:.2f} | {row['inverted']:.3f} |"
+                )
 
 
 def write_populations(pop: RankPopulation, path: Path = POPULATIONS_FILE) -> None:
@@ -285,7 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     populations = [real, *hostile_populations(real)]
     sizes = [int(s) for s in args.edits.split(",") if s.strip()]
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    print(coverage_table(populations, sizes, args.samples, methods, args.resamples))
+    print(TABLE_HEADER, flush=True)
+    for line in coverage_lines(populations, sizes, args.samples, methods, args.resamples):
+        print(line, flush=True)
+    print()
     print(f"Simulation time: {time.perf_counter() - start:.0f} s.")
     return 0
 
