@@ -734,7 +734,7 @@ _WIDTHS = {
 def column_width(column: str, columns: Columns) -> str:
     """A metric cell holds value, interval and the few-edits mark on one line; names wrap."""
     if columns.is_table_metric(column) or column == "private_ifr":
-        return "180px"
+        return "160px"
     return _WIDTHS.get(column, "110px")
 
 

@@ -68,12 +68,13 @@ def write_submission(folder: Path, name: str = "scripted-editor") -> Path:
     return archive
 
 
-def build_leaderboard_store(root: Path, knowgic_tiny: Any) -> LeaderboardFixture:
-    """Fill a store with real runs, one verified run with a hostile manifest, and bad files."""
+def build_leaderboard_store(root: Path, knowgic_tiny: Any, limit: int | None = 2) -> LeaderboardFixture:
+    """Fill a store with real runs (on the first ``limit`` edits; None: all of them), one verified run with a
+    hostile manifest, and bad files."""
     runs = {}
     for editor in EDITORS:
         request = EvaluationRequest(
-            model="knowgic-tiny", editor=editor, limit=2, out_dir=root / "runs" / editor
+            model="knowgic-tiny", editor=editor, limit=limit, out_dir=root / "runs" / editor
         )
         runs[editor] = evaluate(request, progress=False, loaded=knowgic_tiny).results_path
     spare = evaluate(
