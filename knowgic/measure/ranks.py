@@ -31,7 +31,8 @@ Run :math:`j` is better than :math:`i` beyond doubt when :math:`\Delta_{ij} - c_
 :math:`j` at once with probability :math:`1-\alpha`, so the set :math:`[1 + B_i,\, n - W_i]` holds run
 :math:`i`'s true rank with at least that probability. A pair whose per-edit influences agree on every edit
 (:math:`\sigma_{ij} = 0`) has no spread: it is decided by the sign of :math:`\Delta_{ij}`; when that is 0
-the two runs are equal on every edit, and share their rank (:math:`U_i` counts neither as worse).
+the two runs are equal on every edit and share their rank, so the upper end is :math:`n - W_i - E_i`,
+:math:`E_i` the runs equal to :math:`i` on every edit.
 
 *In value order.* Runs of very different spreads can give a better value a worse end than a worse value
 (a noisy run is told apart from fewer runs). The ends are widened so that this never shows:
