@@ -95,8 +95,8 @@ class RankPopulation:
         return linearize(sums, spec, path, declared, weights)
 
     def true_ranks(self, path: str) -> np.ndarray:
-        theta, _ = self.values(path)
-        return competition_ranks(theta[:, 0], benchmark_spec().metric_paths()[path].lower_is_better)
+        values = self.values(path).theta[:, 0]
+        return competition_ranks(values, benchmark_spec().metric_paths()[path].lower_is_better)
 
 
 def competition_ranks(values: np.ndarray, lower_is_better: bool) -> np.ndarray:
@@ -194,14 +194,14 @@ def rank_coverage(
         idx = rng.integers(0, pop.size, size=n_edits)
         weights = np.vstack([np.ones((1, n_edits)), resample_counts(n_edits, resamples, seed + k)])
         for path, spec in metrics.items():
-            theta, z = pop.weighted(path, weights, idx)
-            values = theta[:, 0]
+            lin = pop.weighted(path, weights, idx)
+            values = lin.theta[:, 0]
             if np.isnan(values).any():
                 continue  # a sample where a run's metric is undefined: a ranking would leave the run out
             score = (-1.0 if spec.lower_is_better else 1.0) * values
             better = score[:, None] > score[None, :]
             for method in methods:
-                low, high = rank_bounds(theta, z, values, spec.lower_is_better, level, method)
+                low, high = rank_bounds(lin, values, spec.lower_is_better, level, method)
                 inside = (low <= truths[path]) & (truths[path] <= high)
                 hits[path, method] += inside
                 row = tally[path, method]
