@@ -648,7 +648,7 @@ class Board:
                 [rank_html(ranks.get(row.row_id, (None, None))[0], len(ranks), label), *line]
                 for row, line in zip(rows, cells, strict=True)
             ]
-            headers, datatypes, widths = [RANK_HEADER, *headers], ["html", *datatypes], ["56px", *widths]
+            headers, datatypes, widths = [RANK_HEADER, *headers], ["html", *datatypes], ["50px", *widths]
         return TablePage(
             headers=headers,
             datatypes=datatypes,
@@ -723,7 +723,7 @@ def rank_html(rank: RankRange | None, of: int | None = None, metric: str = "deep
 
 _WIDTHS = {
     "model": "150px",
-    "editor": "112px",
+    "editor": "96px",
     "links": "110px",
     "row_id": "200px",
     "submitter": "220px",
@@ -734,7 +734,7 @@ _WIDTHS = {
 def column_width(column: str, columns: Columns) -> str:
     """A metric cell holds value, interval and the few-edits mark on one line; names wrap."""
     if columns.is_table_metric(column) or column == "private_ifr":
-        return "160px"
+        return "170px"
     return _WIDTHS.get(column, "110px")
 
 

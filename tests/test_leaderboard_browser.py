@@ -391,6 +391,9 @@ def test_skipped_panel_wraps_reasons_and_a_new_result_appears_without_reload(sit
         assert cell.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), cell.inner_text()
     page.screenshot(path=str(artifacts / "wide-06-skipped.png"), full_page=True)
 
+    # The spare run covers one edit: a ranking of its own, so it is watched for among every model's runs.
+    choose(page, "kg-model", "All models (no ranks)")
+    wait_status(page, r"(^|\n)10 result")
     entry = board.store.add_local(board.spare_run).entry_id  # the timer picks it up: no reload
     try:
         wait_status(page, r"(^|\n)11 result")
