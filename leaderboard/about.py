@@ -10,7 +10,6 @@ from knowgic.dataset.versions import latest_version, version_dir
 from knowgic.formatting import FEW_EDITS_MARK, direction_text
 from knowgic.intervals import DEFAULT_LEVEL, FEW_EDITS, METHOD_BY_KIND, METHODS, methods_for
 from knowgic.leaderboard.columns import Columns, leaderboard_columns
-from knowgic.paired import PAIRED_TEST_BY_KIND
 
 BENCHMARK_BIBTEX = """@software{{knowgic_benchmark,
   title   = {{{{KnowGIC}}: a benchmark of deep knowledge editing in language models}},
@@ -50,6 +49,20 @@ def _interval_lines(columns: Columns) -> list[str]:
     ]
 
 
+def _paper_lines(columns: Columns) -> list[str]:
+    """Which figures are the paper's and which rank (from the declarations' ``ranked_by``)."""
+    papers = columns.papers()
+    if not papers:
+        return []
+    pairs = "; ".join(f"{paper.label} by {form.label}" for paper, form in papers)
+    return [
+        "The paper's pooled figures are shown as the paper defines them, marked (paper); what ranks is each "
+        f"one's per-edit form, every edit weighing the same: {pairs} (the pooled IFR puts most of its "
+        "weight on a few edits with many chains; docs/metrics.md).",
+        "",
+    ]
+
+
 def about_markdown(columns: Columns | None = None) -> str:
     """The About page for ``columns`` (default: the shipped spec's)."""
     columns = columns or leaderboard_columns()
@@ -74,16 +87,28 @@ def about_markdown(columns: Columns | None = None) -> str:
         f"A value resting on fewer than {FEW_EDITS:g} effective edits is marked {FEW_EDITS_MARK} (few edits): "
         "its interval covers less than it says. Each results file records every metric's method and edits.",
         "## Ranks",
-        "Rank = 1 + the number of runs that are *significantly* better on the deep-editing score, among "
-        "the runs of the same model, protocol (with its known rule), mode and dataset version (as Chatbot "
-        "Arena ranks models). "
-        "Runs over the same edits are compared pair by pair with the paired test of the score's kind "
-        f"({PAIRED_TEST_BY_KIND[columns.rank.metric.kind]}, as `knowgic compare` does), the family "
-        f"of all those tests controlled by Holm's method at {100 - DEFAULT_LEVEL * 100:g}%. Runs over "
-        "different edits are compared by their own "
-        "intervals: one is better when its interval lies wholly above the other's. Runs that cannot be told "
-        "apart share a rank, so several runs can be first. The deep-editing score (harmonic mean of 1 − IFR, "
-        "Preservation, Efficacy and Specificity) is a summary for sorting, never a replacement for the four.",
+        "A ranking holds the runs of one model on one edit set, scored one way: the same dataset version "
+        "and content hash, the same edits (a run made with `--limit` is never ranked with full runs), the "
+        "same protocol with its parameters and known rule, and the same mode. Each such set of runs is a "
+        "ranking of its own, chosen above the table and named in the line over it; the default is the "
+        "full runs'.",
+        "",
+        f"Rows are ordered by the {columns.rank.label.lower()}"
+        + (
+            f" (ranked by {columns[columns.ranked_by].label})"
+            if columns.ranked_by != columns.rank.path
+            else ""
+        )
+        + f". Each run's rank is a {level} range (“2–5”), from one paired bootstrap of the edits the runs "
+        "share: for each run, its differences with every other run are held at once, so the range "
+        "[1 + the runs better beyond doubt, n − the runs worse beyond doubt] holds its true rank with at "
+        f"least {level} probability (measured by simulation in docs/metrics.md). A better value never shows a "
+        "worse rank: where a noisy run would, the ranges are widened. Equal values share a range, and runs "
+        "whose ranges overlap are not told apart; several runs can have rank 1 in their range.",
+        "",
+        *_paper_lines(columns),
+        "The deep-editing score (harmonic mean of its parts) is a summary for sorting, never a replacement "
+        "for them.",
         "## Sources",
         "- **verified**: run by the leaderboard's runner from a submitted archive: the submission's code edits "
         "the model in a sandbox, the project's own code scores the edits in another container, and the "

@@ -51,9 +51,11 @@ from knowgic.leaderboard.table import (
     TableQuery,
     column_headers,
     default_columns,
+    ranking_choice,
     row_label,
     skipped_frame,
     sortable,
+    split_choice,
 )
 from knowgic.runner.store.signing import TrustedKeys
 from knowgic.runner.store.store import ResultsStore, SkippedFile, StoreEntry, StoreFileError, StoreScan
@@ -83,13 +85,27 @@ CSS = """
 }
 
 """
-HEADER = (
-    "# KnowGIC leaderboard\n"
-    "Deep knowledge editing: after an edit, how much of the old fact can a model still deduce? "
-    "**IFR** (Indirect Fact Recovery) is better lower ↓; **Preservation**, **Efficacy**, **Specificity** "
-    "and the **deep-editing score** are better higher ↑. Values carry their 95% interval; the About tab "
-    "says how ranks are computed."
-)
+
+
+def header(columns: Columns) -> str:
+    """The page's title and first lines: what is measured, which way is better, which figures are the
+    paper's and which rank (from the metric declarations)."""
+    papers = columns.papers()
+    which = ""
+    if papers:
+        shown = " and ".join(f"**{paper.label}**" for paper, _ in papers)
+        ranking = " and ".join(f"**{form.label}**" for _, form in papers)
+        which = (
+            f" {shown} are the paper's pooled figures, shown as it defines them; {ranking}, every edit "
+            "weighing the same, are what ranks."
+        )
+    return (
+        "# KnowGIC leaderboard\n"
+        "Deep knowledge editing: after an edit, how much of the old fact can a model still deduce? "
+        "**IFR** (Indirect Fact Recovery) is better lower ↓; **Preservation**, **Efficacy**, **Specificity** "
+        "and the **deep-editing score** are better higher ↑. Values carry their 95% interval, ranks their 95% "
+        f"range among runs of one model on one edit set (About).{which}"
+    )
 
 
 def _fmt_seconds(seconds: float) -> str:
@@ -315,9 +331,14 @@ def _frame_update(shown: Any) -> gr.Dataframe:
 
 
 def _status(shown: Any, model: str | None, notice: str = "") -> str:
+    """The line above the ranking: how many results, of which model, the columns holding one value, and the
+    ranking's edit set (its header)."""
+    model, _ = split_choice(model)
     what = f"{shown.total} result(s)"
     if model and model != ALL_MODELS:
         what += f" of {model}"
+    if shown.ranking is not None:
+        what += f" · ranking on {shown.ranking.edit_set}"
     context = " · ".join(
         f"dataset {value}" if key == "dataset" else value
         for key, value in shown.constant.items()
@@ -334,14 +355,23 @@ class BoardTab:
         self.state = state
 
     def model_choices(self) -> list[tuple[str, str]]:
+        """One choice per ranking: a model's default ranking (full runs first) by the model's name, its other
+        rankings (other edit sets, protocols, modes) by ``model@<id>``; models with reported rows only."""
         board = self.state.board
-        counts: dict[str, int] = {}
-        for row in board.rows:
-            counts[row.model] = counts.get(row.model, 0) + (row.entry is not None)
-        choices = [
-            (f"{m} ({counts[m]} run{'s' if counts[m] != 1 else ''})" if counts[m] else f"{m} (reported)", m)
-            for m in board.models()
-        ]
+        choices = []
+        for model in board.models():
+            rankings = board.rankings(model)
+            if not rankings:
+                choices.append((f"{model} (reported)", model))
+                continue
+            for k, (key, runs) in enumerate(rankings):
+                what = f"{key.dataset_version}, {'all' if key.full else 'first'} {key.edits} edits"
+                if key.rule:
+                    what += f", {key.protocol} ({key.rule})"
+                else:
+                    what += f", {key.protocol}"
+                label = f"{model} · {what}, {key.mode} ({runs} run{'s' if runs != 1 else ''})"
+                choices.append((label, ranking_choice(model, None if k == 0 else key)))
         return [*choices, ("All models (no ranks)", ALL_MODELS)]
 
     def default_model(self) -> str:
@@ -356,7 +386,7 @@ class BoardTab:
                 self.model = gr.Dropdown(
                     self.model_choices(),
                     value=self.default_model(),
-                    label="Model (one ranking per model)",
+                    label="Ranking (one model, one edit set; full runs first)",
                     # The store is read in the background: its models arrive after the page is built.
                     allow_custom_value=True,
                     scale=1,
@@ -527,7 +557,8 @@ class PlotsTab:
         frame = self.state.board.select(controls.query(1, "all", ALL_MODELS))
         models = [m for m in self.state.board.models() if not frame.empty and m in set(frame["model"])]
         if model not in models:  # the ranking's model, else the model with the most runs
-            model = controls.model if controls.model in models else (models[0] if models else None)
+            asked = split_choice(controls.model)[0]
+            model = asked if asked in models else (models[0] if models else None)
         return (
             gr.Dropdown(choices=models, value=model),
             plots.tradeoff_figure(frame, model or "", self.state.columns),
@@ -860,7 +891,7 @@ def build_app(
     queue = QueueTab(state, upload_limit_bytes)
 
     with gr.Blocks(title=title, fill_width=True) as app:
-        gr.Markdown(HEADER, elem_id="kg-header")
+        gr.Markdown(header(state.columns), elem_id="kg-header")
         with gr.Tabs(selected="board") as tabs:
             board.build()
             plot_tab.build()
@@ -898,15 +929,15 @@ def build_app(
 
         def on_load(values: dict[Any, Any], request: gr.Request) -> dict[Any, Any]:
             """The first draw, and the permalinks: ?result=ID (a run's page), ?a=ID&b=ID (a comparison),
-            ?model=NAME (that model's ranking)."""
+            ?model=NAME (that model's default ranking; NAME@ID one of its others)."""
             params = dict(request.query_params) if request is not None else {}
             version = state.version  # read before drawing: a change in between is redrawn by the next tick
             model = params.get("model")
-            if model in state.board.models():
+            if split_choice(model)[0] in state.board.models():
                 values = {**values, board.model: model}
             updates = {**redraw(values), seen_version: version}
             updates.update(zip(queue.outputs, queue.jobs(), strict=True))
-            if model in state.board.models():
+            if split_choice(model)[0] in state.board.models():
                 updates[board.model] = gr.Dropdown(choices=board.model_choices(), value=model)
             result, a, b = params.get("result"), params.get("a"), params.get("b")
             if result:

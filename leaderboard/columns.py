@@ -3,10 +3,12 @@
 ::
 
     BenchmarkSpec (spec/benchmark.yaml) ──Columns.from_spec──> Columns
-        .metrics    the headline metrics, in spec order: the table's metric columns
+        .metrics    the headline metrics, in spec order, each paper's figure that ranks by another form
+                    (pooled IFR, Preservation) followed by that form: the table's metric columns
         .parts      the parts of ifr_by_length (IFR n=1 … n=5): a column group to switch on
         .rank       the composite (deep-editing score): what ranks are computed on and the default sort
-        .default    the compact default view: the rank metric's ``of`` and the rank metric itself
+        .default    the compact default view: the rank metric's ``of``, each with its paper's figure or
+                    ranked form beside it, and the rank metric itself
         .declared   every metric path of the spec (detail and compare pages list them all)
 
 Every column is keyed by its metric path in a results document's ``metrics`` (``"ifr"``,
@@ -21,10 +23,11 @@ columns once and hands them to its boards, views and plots).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
+from knowgic.measure.ranks import ranked_form, with_paper_forms
 from knowgic.spec import BenchmarkSpec, MetricSpec, benchmark_spec
 
 RANK_METRIC = "deep_editing_score"
@@ -41,12 +44,18 @@ def frame_column(path: str, stat: str = "") -> str:
     return f"{path}_{stat}" if stat else path
 
 
+PAPER = "paper"
+"""What a header adds to the paper's figure of a metric that ranks by another form: ``IFR (paper)``."""
+
+
 @dataclass(frozen=True)
 class MetricColumn:
-    """One metric column: its path in a results document's ``metrics`` and its declaration."""
+    """One metric column: its path in a results document's ``metrics`` and its declaration; ``paper``: the
+    paper's figure of a metric ranked by another form (``ranked_by``), shown and never ranked."""
 
     path: str
     metric: MetricSpec
+    paper: bool = False
 
     @property
     def part(self) -> str:
@@ -55,8 +64,10 @@ class MetricColumn:
 
     @property
     def label(self) -> str:
-        """The column's header: the declared label, or the short header and the part ("IFR n=" + "2")."""
-        return f"{self.metric.short}{self.part}" if self.part else self.metric.label
+        """The column's header: the declared label, or the short header and the part ("IFR n=" + "2"); a
+        paper's figure says so ("IFR (paper)")."""
+        label = f"{self.metric.short}{self.part}" if self.part else self.metric.label
+        return f"{label} ({PAPER})" if self.paper else label
 
     @property
     def direction(self) -> str:
@@ -79,19 +90,26 @@ class Columns:
     parts: tuple[MetricColumn, ...]
     rank: MetricColumn
     declared: tuple[MetricColumn, ...]
+    compact: tuple[MetricColumn, ...] = ()  # the rank metric's parts, each with its paper's or ranked form
 
     @classmethod
     def from_spec(
         cls, spec: BenchmarkSpec, *, rank: str = RANK_METRIC, by_length: str = BY_LENGTH
     ) -> Columns:
-        declared = {path: MetricColumn(path, metric) for path, metric in spec.metric_paths().items()}
+        paths = spec.metric_paths()
+        declared = {
+            path: MetricColumn(path, metric, ranked_form(spec, path) != path)
+            for path, metric in paths.items()
+        }
         if rank not in declared:
             raise KeyError(f"the rank metric {rank!r} is not declared in {spec.path}")
+        headline = [p for p, m in paths.items() if m.headline and not m.parts]
         return cls(
-            metrics=tuple(c for c in declared.values() if c.metric.headline and not c.part),
+            metrics=tuple(declared[p] for p, _ in with_paper_forms(spec, headline)),
             parts=tuple(c for c in declared.values() if c.metric.name == by_length and c.part),
             rank=declared[rank],
             declared=tuple(declared.values()),
+            compact=tuple(declared[p] for p, _ in with_paper_forms(spec, declared[rank].metric.of)),
         )
 
     @property
@@ -101,13 +119,31 @@ class Columns:
 
     @property
     def default(self) -> tuple[MetricColumn, ...]:
-        """The compact view: the metrics the rank metric summarises, then the rank metric."""
-        return (*(self[name] for name in self.rank.metric.of), self.rank)
+        """The compact view: the metrics the rank metric summarises, each paper's figure beside the form
+        that ranks it, then the rank metric."""
+        return (*self.compact, self.rank)
+
+    @property
+    def ranked_by(self) -> str:
+        """The path of the form the ranking orders runs by (the rank metric's ``ranked_by``)."""
+        return self.rank.metric.ranked_by
+
+    def papers(self) -> list[tuple[MetricColumn, MetricColumn]]:
+        """Each paper's figure among the table's columns with the column that ranks it (IFR (paper), IFR
+        (per edit))."""
+        out = []
+        for column in self.metrics:
+            if column.paper:
+                part = column.part
+                form = f"{column.metric.ranked_by}.{part}" if part else column.metric.ranked_by
+                out.append((column, self[form]))
+        return out
 
     @property
     def per_edit(self) -> tuple[MetricColumn, ...]:
-        """The headline metrics an edit can have on its own (a composite is a run's summary only)."""
-        return tuple(c for c in self.metrics if c.metric.kind != "composite")
+        """The headline metrics an edit can have on its own (a composite is a run's summary only), by their
+        plain labels: one edit's IFR is the same in the paper's pooled form and the per-edit one."""
+        return tuple(replace(c, paper=False) for c in self.metrics if c.metric.kind != "composite")
 
     def per_edit_in(self, records: Sequence[Mapping[str, Any]]) -> tuple[MetricColumn, ...]:
         """The per-edit metrics that per-edit ``records`` (a results document's ``per_edit``) carry; all of

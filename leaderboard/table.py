@@ -25,6 +25,7 @@ import pandas as pd
 from knowgic.formatting import FEW_EDITS_MARK, UNDEFINED, few_edits_note, format_interval, format_number
 from knowgic.intervals import FEW_EDITS
 from knowgic.leaderboard.columns import Columns, frame_column, leaderboard_columns
+from knowgic.measure.ranks import RankingKey, RankRange, ranking_key
 from knowgic.results import content_sha256
 from knowgic.runner.store.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
 from knowgic.yamlfile import read_yaml
@@ -200,14 +201,10 @@ class Row:
     private_check: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     entry: StoreEntry | None = field(default=None, compare=False, repr=False)
 
-    # The logprob protocol's known rule (which chains are active): runs under different rules never share
-    # a rank, not even across comparison groups.
-    known_rule: str = ""
-
-    @property
-    def track(self) -> tuple[str, str, str, str, str]:
-        """What a rank is among: runs of one model, protocol and known rule, mode and dataset version."""
-        return (self.model, self.protocol, self.known_rule, self.mode, self.dataset)
+    # What a rank is among (knowgic.measure.ranks.RankingKey): one model and revision, one edit set (dataset
+    # version and hash, limit), the protocol with its parameters and known rule, the mode. None: not ranked
+    # (a reported row).
+    ranking: RankingKey | None = None
 
     @property
     def private_flagged(self) -> bool:
@@ -238,16 +235,6 @@ def _entry_at(metrics: Mapping[str, Any], path: str) -> Mapping[str, Any] | None
     if part:
         entry = entry.get(part) if isinstance(entry, Mapping) else None
     return entry if isinstance(entry, Mapping) else None
-
-
-def known_rule_of(config: Mapping[str, Any]) -> str:
-    """The known rule a run used: its ``protocol_params.known_rule``; a ``logprob`` run from before the rule
-    was a parameter used ``first_token``; other protocols have none ("")."""
-    params = config.get("protocol_params")
-    rule = params.get("known_rule") if isinstance(params, Mapping) else None
-    if rule is None and config.get("protocol") == "logprob":
-        return "first_token"
-    return "" if rule is None else str(rule)
 
 
 def row_from_entry(entry: StoreEntry, columns: Columns) -> Row:
@@ -283,7 +270,7 @@ def row_from_entry(entry: StoreEntry, columns: Columns) -> Row:
         model=short(config["model"]),
         editor=short(editor),
         protocol=str(config["protocol"]),
-        known_rule=known_rule_of(config),
+        ranking=ranking_key(summary),
         mode=str(config["mode"]),
         dataset=str(summary["dataset"]["version"]),
         metrics=cells,
@@ -377,6 +364,7 @@ def _frame(rows: Sequence[Row], columns: Columns) -> pd.DataFrame:
             "mode": row.mode,
             "dataset": row.dataset,
             "source": row.source,
+            "ranking": "" if row.ranking is None else row.ranking.digest,
             "active_chains": row.active_chains,
             "edits": row.edits,
             "paper": row.paper or "",
@@ -409,8 +397,10 @@ def _frame(rows: Sequence[Row], columns: Columns) -> pd.DataFrame:
 class TableQuery:
     """What a person asked the table for.
 
-    ``model``: one model's ranking (None or :data:`ALL_MODELS`: every model). ``part``: the ranked rows
-    (runs in the store), the reported rows (published numbers, never ranked with runs), or both.
+    ``model``: one model's ranking (None or :data:`ALL_MODELS`: every model); ``model@<id>`` names one of
+    the model's rankings (:func:`ranking_choice`), a plain model name its default one (:meth:`Board.rankings`).
+    ``part``: the ranked rows (runs in the store), the reported rows (published numbers, never ranked with
+    runs), or both.
     """
 
     search: str = ""
@@ -422,6 +412,36 @@ class TableQuery:
     page_size: int = PAGE_SIZE
     model: str | None = None
     part: str = "all"  # "ranked", "reported" or "all"
+
+    @property
+    def model_name(self) -> str | None:
+        """The model asked for (None: every model)."""
+        model, _ = split_choice(self.model)
+        return None if model in (None, "", ALL_MODELS) else model
+
+    @property
+    def ranking(self) -> str | None:
+        """The id (:attr:`RankingKey.digest`) of the ranking asked for; None: the model's default."""
+        return split_choice(self.model)[1]
+
+
+RANKING_MARK = "@"
+_DIGEST = re.compile(r"^[0-9a-f]{12}$")
+
+
+def ranking_choice(model: str, key: RankingKey | None = None) -> str:
+    """The selector's value for ``model``'s ranking ``key`` (``model@<id>``); the model alone for its default."""
+    return model if key is None else f"{model}{RANKING_MARK}{key.digest}"
+
+
+def split_choice(value: str | None) -> tuple[str | None, str | None]:
+    """``(model, ranking id or None)`` of a selector value (:func:`ranking_choice`)."""
+    if not value:
+        return None, None
+    model, mark, digest = value.rpartition(RANKING_MARK)
+    if mark and _DIGEST.match(digest):
+        return model, digest
+    return value, None
 
 
 @dataclass(frozen=True)
@@ -435,9 +455,11 @@ class TablePage:
     page: int
     pages: int
     constant: dict[str, str] = field(default_factory=dict)  # hidden column -> the one value it holds
+    ranking: RankingKey | None = None  # the ranking shown (its label names the edit set)
 
 
-RankCache = dict[tuple[str, ...], dict[str, int | None]]
+RankCache = dict[tuple[str, ...], dict[str, tuple[RankRange | None, float | None]]]
+"""Each ranking's ranks by the sorted hashes of its runs: results sha256 -> (rank range, ranked value)."""
 
 
 def verified_document(entry: StoreEntry) -> dict[str, Any]:
@@ -498,8 +520,12 @@ class Board:
         if frame.empty:
             return frame
         mask = pd.Series(True, index=frame.index)
-        if query.model and query.model != ALL_MODELS:
-            mask &= frame["model"] == query.model
+        model = query.model_name
+        if model is not None:
+            mask &= frame["model"] == model
+            key = self.ranking_of(query) if query.part != "reported" else None
+            if key is not None:  # one ranking's runs; reported rows are never in a ranking
+                mask &= (frame["source"] == "reported") | (frame["ranking"] == key.digest)
         if query.part == "ranked":
             mask &= frame["source"] != "reported"
         elif query.part == "reported":
@@ -524,34 +550,63 @@ class Board:
         asked = frame_column(query.sort) if query.sort else ""
         return asked if asked in self.frame.columns else frame_column(self.columns.rank.path)
 
-    def ranks(self, model: str) -> dict[str, int | None]:
-        """Row id -> rank among the stored runs of ``model``'s track (see :mod:`knowgic.leaderboard.ranking`)."""
-        from knowgic.leaderboard.ranking import uncertainty_ranks
-
-        metric = self.columns.rank.path
-        tracks: dict[tuple[str, ...], list[Row]] = {}
+    def rankings(self, model: str) -> list[tuple[RankingKey, int]]:
+        """The rankings of ``model``'s stored runs with their number of runs, the default first: full runs
+        (no ``--limit``) before subsets, then the latest dataset version, then the most runs."""
+        counts: dict[RankingKey, int] = {}
         for row in self.rows:
-            if row.model == model and row.entry is not None:
-                tracks.setdefault(row.track, []).append(row)
-        ranks: dict[str, int | None] = {}
-        for rows in tracks.values():
-            key = tuple(sorted(row.entry.results_sha256 for row in rows if row.entry is not None))
-            if key not in self._rank_cache:
-                readable, documents = [], []
-                for row in rows:
-                    try:
-                        documents.append(verified_document(row.entry))  # type: ignore[arg-type]
-                        readable.append(row)
-                    except (OSError, ValueError, StoreFileError):  # changed since the scan: the next says why
-                        continue
-                by_sha = {
-                    row.entry.results_sha256: rank  # type: ignore[union-attr]
-                    for row, rank in zip(readable, uncertainty_ranks(documents, metric), strict=True)
-                }
-                self._rank_cache[key] = by_sha
-            cached = self._rank_cache[key]
-            ranks.update({row.row_id: cached.get(row.entry.results_sha256) for row in rows})  # type: ignore[union-attr]
-        return ranks
+            if row.model == model and row.entry is not None and row.ranking is not None:
+                counts[row.ranking] = counts.get(row.ranking, 0) + 1
+
+        def version(key: RankingKey) -> tuple[int, ...]:
+            return tuple(int(x) for x in key.dataset_version.split(".") if x.isdigit())
+
+        return sorted(
+            counts.items(),
+            key=lambda kv: (
+                not kv[0].full,
+                tuple(-v for v in version(kv[0])),
+                -kv[1],
+                -kv[0].edits,
+                kv[0].label,
+            ),
+        )
+
+    def ranking_of(self, query: TableQuery) -> RankingKey | None:
+        """The ranking a query shows: the one it names, else its model's default; None for every model or
+        a model without stored runs."""
+        model = query.model_name
+        if model is None:
+            return None
+        found = self.rankings(model)
+        asked = query.ranking
+        for key, _ in found:
+            if key.digest == asked:
+                return key
+        return found[0][0] if found else None
+
+    def ranks(self, key: RankingKey) -> dict[str, tuple[RankRange | None, float | None]]:
+        """Row id -> (rank range, the value it ranks by) among the stored runs of ranking ``key``, on the
+        rank metric's ranked form (see :mod:`knowgic.leaderboard.ranking`)."""
+        from knowgic.leaderboard.ranking import rank_ranges
+
+        rows = [row for row in self.rows if row.entry is not None and row.ranking == key]
+        cache_key = tuple(sorted(row.entry.results_sha256 for row in rows if row.entry is not None))
+        if cache_key not in self._rank_cache:
+            readable, documents = [], []
+            for row in rows:
+                try:
+                    documents.append(verified_document(row.entry))  # type: ignore[arg-type]
+                    readable.append(row)
+                except (OSError, ValueError, StoreFileError):  # changed since the scan: the next says why
+                    continue
+            found = rank_ranges(documents, self.columns.rank.path)
+            self._rank_cache[cache_key] = {
+                row.entry.results_sha256: ranked  # type: ignore[union-attr]
+                for row, ranked in zip(readable, found, strict=True)
+            }
+        cached = self._rank_cache[cache_key]
+        return {row.row_id: cached.get(row.entry.results_sha256, (None, None)) for row in rows}  # type: ignore[union-attr]
 
     def page(self, query: TableQuery) -> TablePage:
         selected = self.select(query)
@@ -565,17 +620,17 @@ class Board:
                         constant[column] = str(values[0])
             empty = {c for c in columns if c in HIDE_WHEN_EMPTY and selected[c].isna().all()}
             columns = [c for c in columns if c not in constant and c not in empty]
-        ranked = query.part == "ranked" and bool(query.model) and query.model != ALL_MODELS
-        ranks = self.ranks(str(query.model)) if ranked and len(selected) else {}
-        score = frame_column(self.columns.rank.path)
+        key = self.ranking_of(query) if query.part == "ranked" else None
+        ranked = key is not None
+        ranks = self.ranks(key) if key is not None and len(selected) else {}
         if ranks and query.sort in (None, self.columns.rank.path) and query.descending:
-            # The ranking's own order, as Chatbot Arena's: by rank, then by score within a rank.
-            order = selected["row_id"].map(lambda i: ranks.get(i) or math.inf)
-            selected = selected.assign(_rank=order).sort_values(
-                ["_rank", score, "row_id"],
-                ascending=[True, False, True],
-                na_position="last",
-                kind="stable",
+            # The ranking's own order: by the value that ranks (best first), undefined last.
+            sign = 1.0 if self.columns.rank.metric.lower_is_better else -1.0
+            order = selected["row_id"].map(
+                lambda i: math.inf if ranks.get(i, (None, None))[1] is None else sign * ranks[i][1]  # type: ignore[operator]
+            )
+            selected = selected.assign(_order=order).sort_values(
+                ["_order", "row_id"], ascending=[True, True], na_position="last", kind="stable"
             )
         total = len(selected)
         pages = max(1, math.ceil(total / query.page_size))
@@ -588,8 +643,12 @@ class Board:
         datatypes = ["html" if self._html(c) else "str" for c in columns]
         widths = [column_width(c, self.columns) for c in columns]
         if ranked:
-            cells = [[rank_html(ranks.get(row.row_id)), *line] for row, line in zip(rows, cells, strict=True)]
-            headers, datatypes, widths = [RANK_HEADER, *headers], ["html", *datatypes], ["56px", *widths]
+            label = self.columns.rank.label.lower()
+            cells = [
+                [rank_html(ranks.get(row.row_id, (None, None))[0], len(ranks), label), *line]
+                for row, line in zip(rows, cells, strict=True)
+            ]
+            headers, datatypes, widths = [RANK_HEADER, *headers], ["html", *datatypes], ["50px", *widths]
         return TablePage(
             headers=headers,
             datatypes=datatypes,
@@ -600,6 +659,7 @@ class Board:
             page=page,
             pages=pages,
             constant=constant,
+            ranking=key,
         )
 
     def _html(self, column: str) -> bool:
@@ -646,21 +706,24 @@ class Board:
 
 
 RANK_TITLE = (
-    "1 + the number of runs of this model, protocol and known rule, mode and dataset that are significantly "
-    "better on the "
-    "deep-editing score (paired tests, Holm at 5%); runs that cannot be told apart share a rank"
+    "95% rank range on the {metric} among the runs of this ranking (one model, one edit set, one "
+    "protocol and known rule, one mode), from one paired bootstrap of the edits they share: a better score "
+    "never shows a worse rank, and runs whose ranges overlap are not told apart (About)"
 )
 
 
-def rank_html(rank: int | None) -> str:
+def rank_html(rank: RankRange | None, of: int | None = None, metric: str = "deep-editing score") -> str:
+    """A rank range as the Rank cell shows it ("2–5"); "–" for a run without a value to rank. ``metric``:
+    the rank metric's label, in lower case."""
     if rank is None:
-        return '<span class="kg-undefined" title="no deep-editing score: not ranked">–</span>'
-    return f'<span class="kg-rank" title="{text(RANK_TITLE)}">{rank}</span>'
+        return f'<span class="kg-undefined" title="no {text(metric)}: not ranked">–</span>'
+    title = RANK_TITLE.format(metric=metric) + (f"; {of} runs ranked" if of else "")
+    return f'<span class="kg-rank" title="{text(title)}">{text(rank.text)}</span>'
 
 
 _WIDTHS = {
     "model": "150px",
-    "editor": "112px",
+    "editor": "96px",
     "links": "110px",
     "row_id": "200px",
     "submitter": "220px",
@@ -671,7 +734,7 @@ _WIDTHS = {
 def column_width(column: str, columns: Columns) -> str:
     """A metric cell holds value, interval and the few-edits mark on one line; names wrap."""
     if columns.is_table_metric(column) or column == "private_ifr":
-        return "180px"
+        return "170px"
     return _WIDTHS.get(column, "110px")
 
 

@@ -203,6 +203,8 @@ def detail_header(row: Row, permalink: str) -> str:
         f"<p>{esc(row.protocol)} · {esc(row.mode)} · dataset {esc(row.dataset)} · "
         f'<span class="kg-source">{esc(row.source)}</span> · {links_html(row.paper, row.code)}</p>',
     ]
+    if row.ranking is not None:
+        lines.append(f'<p class="kg-ranking">ranked among runs on {esc(row.ranking.edit_set)}</p>')
     if row.submitter:
         lines.append(f'<p class="kg-submitter">submitted by: {esc(row.submitter)}</p>')
     if row.entry is not None and row.entry.manifest and row.entry.manifest.get("description"):

@@ -183,25 +183,31 @@ def test_results_name_the_rule_and_runs_under_different_rules_are_not_compared(r
 
 
 def test_the_leaderboard_never_ranks_runs_under_different_rules_together(runs_under_both_rules, tmp_path):
-    from knowgic.leaderboard.ranking import _comparable_groups
-    from knowgic.leaderboard.table import Board, known_rule_of
+    from knowgic.leaderboard.table import Board
+    from knowgic.measure.ranks import known_rule, ranking_key
     from knowgic.runner.store.store import ResultsStore
 
     docs = [_doc(p) for p in runs_under_both_rules.values()]
-    assert _comparable_groups(docs) == [[0, 1], [2]]
+    keys = [ranking_key(d) for d in docs]
+    assert keys[0] == keys[1] != keys[2]
     store = ResultsStore(tmp_path / "store", verified_cache=tmp_path / "cache")
     entries = {name: store.add_local(path).entry_id for name, path in runs_under_both_rules.items()}
     board = Board(store.scan(), include_reported=False)
     rows = {row.row_id: row for row in board.rows}
-    tracks = {name: rows[entry].track for name, entry in entries.items()}
-    assert tracks["rome"] == tracks["none"] != tracks["rome-first-token"]
-    assert rows[entries["rome-first-token"]].known_rule == "first_token"
-    ranks = board.ranks("knowgic-tiny")
-    assert ranks[entries["rome-first-token"]] == 1  # alone on its track, whatever the others score
+    rankings = {name: rows[entry].ranking for name, entry in entries.items()}
+    assert rankings["rome"] == rankings["none"] != rankings["rome-first-token"]
+    assert rankings["rome-first-token"] is not None and rankings["rome-first-token"].rule == "first_token"
+    alone = board.ranks(rankings["rome-first-token"])
+    assert list(alone) == [entries["rome-first-token"]]
+    assert (
+        alone[entries["rome-first-token"]][0].text == "1"
+    )  # alone in its ranking, whatever the others score
     # A logprob run from before the rule was a parameter used the first-token rule.
-    assert known_rule_of({"protocol": "logprob", "protocol_params": {"batch_size": 64}}) == "first_token"
-    assert known_rule_of({"protocol": "greedy", "protocol_params": {}}) == ""
-    assert np.all([r is not None for r in ranks.values()])
+    assert known_rule({"protocol": "logprob", "protocol_params": {"batch_size": 64}}) == "first_token"
+    assert known_rule({"protocol": "greedy", "protocol_params": {}}) == ""
+    together = board.ranks(rankings["rome"])
+    assert set(together) == {entries["rome"], entries["none"]}
+    assert np.all([r is not None for r, _ in together.values()])
 
 
 def test_the_rates_script_refuses_a_mistyped_model_in_one_line(capsys) -> None:

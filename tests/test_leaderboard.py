@@ -68,12 +68,13 @@ def write_submission(folder: Path, name: str = "scripted-editor") -> Path:
     return archive
 
 
-def build_leaderboard_store(root: Path, knowgic_tiny: Any) -> LeaderboardFixture:
-    """Fill a store with real runs, one verified run with a hostile manifest, and bad files."""
+def build_leaderboard_store(root: Path, knowgic_tiny: Any, limit: int | None = 2) -> LeaderboardFixture:
+    """Fill a store with real runs (on the first ``limit`` edits; None: all of them), one verified run with a
+    hostile manifest, and bad files."""
     runs = {}
     for editor in EDITORS:
         request = EvaluationRequest(
-            model="knowgic-tiny", editor=editor, limit=2, out_dir=root / "runs" / editor
+            model="knowgic-tiny", editor=editor, limit=limit, out_dir=root / "runs" / editor
         )
         runs[editor] = evaluate(request, progress=False, loaded=knowgic_tiny).results_path
     spare = evaluate(
@@ -159,7 +160,9 @@ ALL_COLUMNS = [
     "dataset",
     "source",
     "ifr",
+    "ifr_per_edit",
     "preservation",
+    "preservation_macro",
     "efficacy",
     "generalization",
     "specificity",
@@ -241,15 +244,31 @@ def test_columns_are_keyed_by_metric_path_and_read_from_the_spec_on_first_use() 
 
     spec = benchmark_spec()
     columns = leaderboard_columns(spec)
-    assert [c.path for c in columns.metrics] == [name for name, m in spec.metrics.items() if m.headline]
+    headline = [name for name, m in spec.metrics.items() if m.headline]
+    shown = [c.path for c in columns.metrics]
+    assert [p for p in shown if p in headline] == headline  # and each paper's figure's ranked form after it
+    assert shown[shown.index("preservation") + 1] == "preservation_macro" and columns["preservation"].paper
     by_length = spec.metrics["ifr_by_length"]
     assert [c.path for c in columns.parts] == [f"ifr_by_length.{part}" for part in by_length.parts]
     score = spec.metrics["deep_editing_score"]
     assert columns.rank.metric is score
-    assert [c.path for c in columns.default] == [*score.of, "deep_editing_score"]
+    from knowgic.measure.ranks import with_paper_forms
+
+    assert [c.path for c in columns.default] == [p for p, _ in with_paper_forms(spec, score.of)] + [
+        "deep_editing_score"
+    ]
+    assert {"ifr", "ifr_per_edit"} <= {c.path for c in columns.default}  # the paper's and the ranked form
     part = columns["ifr_by_length.2"]
-    assert part.metric is by_length and part.label == "IFR n=2" and part.lower_is_better
-    assert columns["preservation"].label == "Preservation" and columns["preservation"].direction == "higher"
+    assert part.metric is by_length and part.label == "IFR n=2 (paper)" and part.lower_is_better
+    assert (
+        columns["preservation"].label == "Preservation (paper)"
+        and columns["preservation"].direction == "higher"
+    )
+    assert columns["preservation_macro"].label == "Preservation (macro)"
+    assert [c.label for c in columns.per_edit][:2] == [
+        "IFR",
+        "IFR (per edit)",
+    ]  # one edit's IFR: no paper mark
 
 
 def test_only_http_links_are_kept() -> None:
@@ -293,8 +312,8 @@ def test_cli_refuses_a_missing_store(tmp_path, capsys) -> None:
 
 
 # -- the launched app ----------------------------------------------------------------------------------
-def test_the_ranking_is_one_models_runs_ranked_by_the_paired_comparison(served, board_store) -> None:
-    from knowgic.measure.compare import paired_resamples, ranks_by_significance
+def test_the_ranking_is_one_models_runs_with_rank_ranges_in_value_order(served, board_store) -> None:
+    from knowgic.measure.ranks import rank_runs
 
     _, client = served
     headers, rows, status = table(client)
@@ -302,26 +321,67 @@ def test_the_ranking_is_one_models_runs_ranked_by_the_paired_comparison(served, 
     assert sorted(ids) == sorted(board_store.entries.values())  # every stored run, no reported row
     assert board_store.forged_entry not in ids and "local-dangling" not in ids
     assert status.startswith("4 result(s) of knowgic-tiny")
-    # One model, protocol, mode and dataset: those columns are hidden and said once in the status.
+    # One model, protocol, mode and dataset: those columns are hidden and said once in the status, which
+    # names the ranking's edit set.
     assert headers[:2] == ["Rank", "Editor"] and not {"Model", "Protocol", "Mode", "Dataset"} & set(headers)
     assert "logprob" in status and "independent" in status and "dataset 1.1.0" in status
-    # Rank = 1 + the runs significantly better on the deep-editing score (paired tests, Holm).
+    assert "ranking on knowgic 1.1.0 (sha256" in status and "the first 2 edits (--limit 2)" in status
+    # The first screen shows the paper's pooled figures beside the per-edit forms that rank.
+    first = headers.index("IFR (paper)")
+    assert headers[first : first + 4] == [
+        "IFR (paper)",
+        "IFR (per edit)",
+        "Preservation (paper)",
+        "Preservation (macro)",
+    ]
+    # Rank: each run's 95% range on the deep-editing score among the runs of its ranking (knowgic.measure.ranks).
     docs = {e: _doc(board_store, "ice" if e == "verified" else e) for e in board_store.entries}
     names = list(docs)
-    paired = paired_resamples([docs[e] for e in names])  # one edit set: one paired family (Holm)
-    ranked = ranks_by_significance(paired, "deep_editing_score")
-    expected = {board_store.entries[e]: rank for e, rank in zip(names, ranked, strict=True)}
-    ranks = {
-        i: int(r.split(">")[1].split("<")[0])
-        for i, r in zip(ids, _column(headers, rows, "Rank"), strict=True)
+    ranking = rank_runs([docs[e] for e in names], ["deep_editing_score"])["deep_editing_score"]
+    expected = {board_store.entries[e]: ranking.ranges[k].text for k, e in enumerate(names)}
+    shown = {
+        i: r.split(">")[1].split("<")[0] for i, r in zip(ids, _column(headers, rows, "Rank"), strict=True)
     }
-    assert ranks == expected
-    assert list(ranks.values()) == sorted(ranks.values())  # the ranking's order
+    assert shown == expected
+    # Rows in the order of the score, best first.
+    scores = [
+        docs[names[[board_store.entries[e] for e in names].index(i)]]["metrics"]["deep_editing_score"][
+            "value"
+        ]
+        for i in ids
+    ]
+    assert scores == sorted(scores, reverse=True)
     # A metric cell: value and interval from results.json (n on hover).
     rome = _doc(board_store, "rome")["metrics"]["ifr"]
-    cell = rows[ids.index(board_store.entries["rome"])][headers.index("IFR")]
+    cell = rows[ids.index(board_store.entries["rome"])][headers.index("IFR (paper)")]
     assert f"{rome['value']:.3f}" in cell and f"n = {rome['n']}" in cell  # n on hover
     assert f"[{rome['interval'][0]:.2f}, {rome['interval'][1]:.2f}]" in cell
+
+
+def test_a_limit_run_is_not_in_the_full_runs_ranking(knowgic_tiny, tmp_path) -> None:
+    """Full runs are the default ranking; a --limit run is a ranking of its own, never ranked with them."""
+    from knowgic.leaderboard.table import Board, TableQuery, ranking_choice
+
+    store = ResultsStore(tmp_path / "store", verified_cache=tmp_path / "cache")
+    runs = {
+        name: evaluate(
+            EvaluationRequest(model="knowgic-tiny", editor="none", limit=limit, out_dir=tmp_path / name),
+            progress=False,
+            loaded=knowgic_tiny,
+        ).results_path
+        for name, limit in (("full", None), ("limit", 2))
+    }
+    entries = {name: store.add_local(path, label=name).entry_id for name, path in runs.items()}
+    board = Board(store.scan(), include_reported=False)
+    (full, n_full), (part, n_part) = board.rankings("knowgic-tiny")
+    assert full.full and not part.full and n_full == n_part == 1 and "all 26 edits" in full.label
+    shown = board.page(TableQuery(model="knowgic-tiny", part="ranked"))
+    assert shown.row_ids == [entries["full"]] and shown.ranking == full  # the default view: full runs
+    other = board.page(TableQuery(model=ranking_choice("knowgic-tiny", part), part="ranked"))
+    assert other.row_ids == [entries["limit"]] and other.ranking == part
+    assert board.ranks(full).keys() == {entries["full"]}
+    # Every model's runs (no ranks) still lists both.
+    assert set(board.page(TableQuery(model=None, part="ranked")).row_ids) == set(entries.values())
 
 
 def test_reported_rows_come_apart_and_undefined_is_never_zero(served) -> None:
@@ -350,9 +410,9 @@ def test_filter_search_sort_and_columns(served, board_store) -> None:
     headers, _rows = reported_table(client, ALL_MODELS, search="llama-3 AlphaEdit")
     assert _ids(headers, _rows) == ["reported-llama-3-8b-alphaedit"]
     headers, rows, _ = table(client, columns=["model", "editor", "ifr_by_length.3", "row_id"])
-    assert headers == ["Rank", "Editor", "IFR n=3", "Id"]  # the model column holds one value: hidden
+    assert headers == ["Rank", "Editor", "IFR n=3 (paper)", "Id"]  # the model column holds one value: hidden
     headers, rows, _ = table(client, model=ALL_MODELS, columns=["model", "editor", "ifr"])
-    assert headers == ["Editor", "IFR"]  # every stored run is of knowgic-tiny; no ranks across models
+    assert headers == ["Editor", "IFR (paper)"]  # every stored run is of knowgic-tiny; no ranks across models
 
 
 def test_pages_cover_every_row_once(board_store) -> None:
@@ -390,8 +450,9 @@ def test_detail_view_of_a_run(served, board_store) -> None:
     )
     assert "knowgic-tiny · rome" in header and f"?result={entry}" in header
     metric_rows = {r[0]: r for r in metrics["data"]}
-    assert metric_rows["IFR"][1] == f"{doc['metrics']['ifr']['value']:.4f}"
-    assert metric_rows["IFR n=1"][2] == doc["metrics"]["ifr_by_length"]["1"]["n"]
+    assert metric_rows["IFR (paper)"][1] == f"{doc['metrics']['ifr']['value']:.4f}"
+    assert metric_rows["IFR (per edit)"][1] == f"{doc['metrics']['ifr_per_edit']['value']:.4f}"
+    assert metric_rows["IFR n=1 (paper)"][2] == doc["metrics"]["ifr_by_length"]["1"]["n"]
     assert len(per_edit["data"]) == len(doc["per_edit"])
     first = doc["per_edit"][0]["edit_id"]
     expected = [c for c in doc["chains"] if c["edit_id"] == first]
@@ -438,7 +499,7 @@ def test_detail_of_a_reported_row_and_an_unknown_id(served) -> None:
     header, metrics, *_ = client.predict("reported-qwen2-5-7b-alphaedit", api_name="/detail")
     assert "Qwen2.5-7B · alphaedit" in header and "IFR and Preservation only" in header
     values = {r[0]: r[1] for r in metrics["data"]}
-    assert values["IFR"] == "0.3910" and values["Efficacy"] == "–"
+    assert values["IFR (paper)"] == "0.3910" and values["Efficacy"] == "–"
     header, *_ = client.predict("no-such-run", api_name="/detail")
     assert "No result with id" in header
 
@@ -453,8 +514,8 @@ def test_compare_two_runs_of_one_model(served, board_store) -> None:
     expected = {d.metric: d for d in compare_results(_doc(board_store, "none"), _doc(board_store, "rome"))}
     rows = {r[0]: r for r in metrics["data"]}
     ifr = expected["ifr"]
-    assert rows["IFR"][1] == "lower ↓" and rows["IFR"][6] == f"{ifr.difference:+.4f}"
-    assert rows["IFR"][7] == f"[{ifr.low:+.4f}, {ifr.high:+.4f}]"
+    assert rows["IFR (paper)"][1] == "lower ↓" and rows["IFR (paper)"][6] == f"{ifr.difference:+.4f}"
+    assert rows["IFR (paper)"][7] == f"[{ifr.low:+.4f}, {ifr.high:+.4f}]"
     score = expected["deep_editing_score"]
     if score.told_apart:
         assert rows["Deep-editing score"][8] == f"{score.better} better (told apart)"
@@ -504,10 +565,15 @@ def test_submit_validates_queues_and_the_queue_view_shows_the_job(served, board_
 
 def test_new_results_appear_without_a_restart(served, board_store) -> None:
     app, client = served
+    from knowgic.leaderboard.table import ALL_MODELS
+
     entry = board_store.store.add_local(board_store.spare_run).entry_id
     try:
-        result = client.predict(*controls(), 1, api_name="/reload")
+        result = client.predict(*controls(ALL_MODELS), 1, api_name="/reload")
         assert entry in json.dumps(_frame(result[0])["data"])
+        # The spare run covers 1 edit, the others 2: a ranking of its own, not in theirs.
+        result = client.predict(*controls(), 1, api_name="/reload")
+        assert entry not in json.dumps(_frame(result[0])["data"])
         assert any(t.__class__.__name__ == "Timer" for t in app.blocks.values())
     finally:
         board_store.store.entry_path(entry).unlink()

@@ -1,5 +1,6 @@
-"""The tables of ``knowgic sweep`` and ``knowgic summarize``: intervals, marks against the best row, row
-order and labels, and the help of every option of the commands that print them."""
+"""The tables of ``knowgic sweep`` and ``knowgic summarize``: intervals, rank ranges in value order, the
+paper's figures beside the forms that rank them, row order and labels, ``--json``'s ranks, the runs a table
+refuses, and the help of every option of the commands that print them."""
 
 from __future__ import annotations
 
@@ -14,11 +15,18 @@ from typing import Any
 import pytest
 
 from knowgic.cli import build_parser, main
-from knowgic.evaluation.sweep import TIED_MARK, headline_columns, length_columns, row_labels, summary_table
+from knowgic.evaluation import BASELINES
+from knowgic.evaluation.sweep import (
+    RANK_MARK,
+    headline_columns,
+    length_columns,
+    row_labels,
+    summary_table,
+)
 from knowgic.formatting import format_value
 from knowgic.intervals import BOOTSTRAP_METHODS, METHOD_BY_KIND, METHODS
-from knowgic.measure.compare import compare_results
 from knowgic.measure.compute import metric_entry_at
+from knowgic.measure.ranks import rank_runs, ranked_form
 from knowgic.spec import benchmark_spec
 
 
@@ -56,22 +64,22 @@ def _rows(table: str) -> list[list[str]]:
     ]
 
 
-def test_each_value_has_its_interval_and_marks_follow_the_paired_comparison(runs) -> None:
+def test_each_value_has_its_interval_and_each_ranked_column_its_rank_range(runs) -> None:
     documents = [_document(runs[name]) for name in ("none", "ice", "rome")]
     table = summary_table(documents)
     rows = _rows(table)
     assert [r[0] for r in rows] == ["none", "ice", "rome"] * 2
     headline, lengths = rows[:3], rows[3:]
     for column_index, column in enumerate(headline_columns(benchmark_spec()), 1):
-        cells = [r[column_index] for r in headline]
-        _check_column(documents, column, cells)
+        _check_column(documents, column, [r[column_index] for r in headline])
     for column_index, column in enumerate(length_columns(benchmark_spec()), 1):
         _check_column(documents, column, [r[column_index] for r in lengths])
-    # ROME makes the 3 edits, the others do not: its Efficacy is the best, but 3 of 3 against 0 of 3 is
-    # McNemar's p = 0.25, Holm-adjusted 0.5: three edits cannot tell the rows apart, so they are marked tied.
+    # ROME makes the 3 edits, the others do not; 3 edits cannot tell 3 of 3 from 0 of 3 apart beyond doubt,
+    # but ROME's range starts at 1 and is bold.
     efficacy = 1 + [c.metric for c in headline_columns(benchmark_spec())].index("efficacy")
-    assert headline[2][efficacy].startswith("**1.000**") and headline[0][efficacy].endswith(TIED_MARK)
-    assert "Holm-adjusted" in table and "3 edits" in table and "2000 resamples" in table
+    assert headline[2][efficacy].startswith("**1.000**") and f"{RANK_MARK}1" in headline[2][efficacy]
+    assert "rank range" in table and "3 edits" in table and "2000 resamples" in table
+    assert "(paper): the paper's pooled IFR, Preservation" in " ".join(table.split())
     # The footnote names the interval method of every column, as the metric's declared kind chooses it:
     # "labels: method; labels: method".
     footnote = " ".join(table.split())
@@ -85,51 +93,100 @@ def test_each_value_has_its_interval_and_marks_follow_the_paired_comparison(runs
 
 
 def test_columns_follow_the_metric_declarations() -> None:
-    """The headline columns are the metrics the spec marks ``headline``, each with its declared arrow."""
-    headline = [name for name, m in benchmark_spec().metric_paths().items() if m.headline and "." not in name]
-    assert [c.metric for c in headline_columns(benchmark_spec())] == headline
-    for column in (*headline_columns(benchmark_spec()), *length_columns(benchmark_spec())):
-        declared = benchmark_spec().metric_paths()[column.metric]
+    """The headline columns are the metrics the spec marks ``headline``, each paper's figure followed by the
+    form that ranks it (which only that form's column does), each with its declared arrow."""
+    spec = benchmark_spec()
+    headline = [name for name, m in spec.metric_paths().items() if m.headline and "." not in name]
+    shown = [c.metric for c in headline_columns(spec)]
+    assert [c for c in shown if c in headline] == headline
+    assert (
+        shown[:2] == ["ifr", "ifr_per_edit"]
+        and shown[shown.index("preservation") + 1] == "preservation_macro"
+    )
+    for column in (*headline_columns(spec), *length_columns(spec)):
+        declared = spec.metric_paths()[column.metric]
         assert column.lower_is_better == declared.lower_is_better
         assert column.header.endswith(declared.arrow)
+        assert column.ranked == (ranked_form(spec, column.metric) == column.metric) != column.paper
+        assert ("(paper)" in column.header) == column.paper
     # The methods whose captions give resamples and seed are methods the module declares.
     assert BOOTSTRAP_METHODS.issubset(METHODS)
 
 
 def _check_column(documents: list[dict[str, Any]], column: Any, cells: list[str]) -> None:
-    """One column: every cell is the value with its interval; the bold row is the best; a row carries the
-    tied mark exactly when the paired interval of its difference to the best includes 0."""
-    values = [metric_entry_at(d["metrics"], column.metric)["value"] for d in documents]
-    for cell, doc in zip(cells, documents, strict=True):
-        plain = cell.replace("**", "").removesuffix(f" {TIED_MARK}")
+    """One column: every cell is the value with its interval; a ranked column's cell adds the row's rank
+    range, as knowgic.measure.ranks gives it, in bold where that range holds rank 1; a paper's figure has
+    neither."""
+    ranking = rank_runs(documents, [column.metric])[column.metric] if column.ranked else None
+    for i, (cell, doc) in enumerate(zip(cells, documents, strict=True)):
+        plain, _, rank = cell.replace("**", "").partition(f" {RANK_MARK}")
         assert plain == format_value(metric_entry_at(doc["metrics"], column.metric)), (column, cell)
-    bold = [i for i, cell in enumerate(cells) if cell.startswith("**")]
-    defined = [v for v in values if v is not None]
-    if not defined:
-        assert bold == []
-        return
-    assert len(bold) == 1
-    best = bold[0]
-    assert values[best] == (min(defined) if column.lower_is_better else max(defined))
-    candidates = [i for i in range(len(cells)) if i != best and values[i] is not None]
-    tests = {
-        i: {d.metric: d for d in compare_results(documents[best], documents[i])}[column.metric].p_value
-        for i in candidates
-    }
-    for i in candidates:
-        if tests[i] is None:  # no paired test (the metric rests on one edit): no mark
-            assert not cells[i].endswith(TIED_MARK), (column.metric, cells[i])
-    others = [i for i in candidates if tests[i] is not None]
-    p_values = [float(tests[i]) for i in others]
-    # Holm over the column's comparisons with the best, written out: the k-th smallest p times (m - k + 1),
-    # kept non-decreasing.
-    order = sorted(range(len(others)), key=lambda k: p_values[k])
-    adjusted, running = {}, 0.0
-    for rank, k in enumerate(order):
-        running = max(running, min(1.0, (len(order) - rank) * p_values[k]))
-        adjusted[others[k]] = running
-    for i in others:
-        assert cells[i].endswith(TIED_MARK) == (adjusted[i] >= 0.05), (column.metric, cells[i], adjusted[i])
+        found = None if ranking is None else ranking.ranges[i]
+        if found is None:
+            assert rank == "" and not cell.startswith("**"), (column.metric, cell)
+            continue
+        assert rank == found.text and cell.startswith("**") == (found.low == 1), (column.metric, cell)
+
+
+def _no_inversion(report: dict[str, Any]) -> list[str]:
+    """Every headline metric of ``summarize --json``'s runs where a better value shows a worse rank end, or
+    equal values different ranges."""
+    spec = benchmark_spec()
+    problems = []
+    runs = report["runs"]
+    for path in runs[0]["ranks"]:
+        form = runs[0]["ranks"][path]["ranked_by"]
+        sign = -1.0 if spec.metric_paths()[form].lower_is_better else 1.0
+        ranked = [(r["editor"], r["ranks"][path]) for r in runs if r["ranks"][path]["rank"] is not None]
+        for name_a, a in ranked:
+            for name_b, b in ranked:
+                if sign * a["value"] > sign * b["value"] and (
+                    a["rank"][0] > b["rank"][0] or a["rank"][1] > b["rank"][1]
+                ):
+                    problems.append(f"{path}: {name_a} {a} ranks below {name_b} {b}")
+                if a["value"] == b["value"] and a["rank"] != b["rank"]:
+                    problems.append(
+                        f"{path}: {name_a} and {name_b} are equal but ranked {a['rank']}, {b['rank']}"
+                    )
+    return problems
+
+
+def test_summarize_json_gives_each_runs_rank_range_per_headline_metric(runs, capsys) -> None:
+    capsys.readouterr()
+    assert _run_main(["summarize", str(runs["none"]), str(runs["ice"]), str(runs["rome"]), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "3 edits" in report["ranking"]["ranking"] and report["ranking"]["level"] == 0.95
+    spec = benchmark_spec()
+    headline = [p for p, m in spec.metric_paths().items() if m.headline and not m.parts]
+    for run in report["runs"]:
+        assert list(run["ranks"]) == headline
+        ifr = run["ranks"]["ifr"]
+        assert ifr["ranked_by"] == "ifr_per_edit" and ifr["value"] == run["metrics"]["ifr_per_edit"]["value"]
+        assert ifr["of"] == 3 and 1 <= ifr["rank"][0] <= ifr["rank"][1] <= 3
+    assert _no_inversion(report) == []
+    # The check sees an inversion when there is one.
+    broken = copy.deepcopy(report)
+    broken["runs"][0]["ranks"]["efficacy"]["rank"] = [3, 3]
+    broken["runs"][0]["ranks"]["efficacy"]["value"] = 2.0
+    assert _no_inversion(broken) != []
+
+
+@pytest.mark.slow
+def test_no_headline_rank_range_of_the_nine_baselines_inverts_the_values(
+    knowgic_tiny, tmp_path, capsys
+) -> None:
+    """The nine baselines on knowgic-tiny 1.1.0, all 26 edits (`knowgic sweep`, about 3 minutes on 2 cores):
+    `summarize --json` ranks every headline metric in the order of its values."""
+    out = tmp_path / "sweep"
+    sweep = ["sweep", "--model", "knowgic-tiny", "--dataset-version", "1.1.0", "--out", str(out)]
+    assert _run_main([*sweep, "--editors", ",".join(BASELINES)]) == 0
+    capsys.readouterr()
+    assert _run_main(["summarize", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["runs"]) == 9 and "all 26 edits" in report["ranking"]["ranking"]
+    assert _no_inversion(report) == []
+    # The first runs differ in their rank somewhere: the ranges are not all [1, 9].
+    assert any(r["ranks"]["deep_editing_score"]["rank"] != [1, 9] for r in report["runs"])
 
 
 def test_summarize_orders_rows_as_sweep_does_and_tells_same_editor_runs_apart(runs, tmp_path, capsys) -> None:

@@ -161,7 +161,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument(
         "--json",
         action="store_true",
-        help="print the runs (editor, folder, reused or not, every metric) as JSON instead of the table",
+        help="print the runs (editor, folder, every metric, its rank range per headline metric) as JSON "
+        "instead of the table",
     )
     _add_stats_arguments(s, "applied to the editors with key statistics, the others run as they are")
     s.set_defaults(func=run_sweep_command)
@@ -170,9 +171,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "summarize",
         help="print the Markdown table of runs written separately",
         description="One Markdown table (as `knowgic sweep` writes) from existing runs: results.json files, "
-        "run folders or sweep folders. The runs must share model, dataset version, protocol, mode, limit, dtype, "
-        "device and seed. Rows come in sweep order; each value carries its 95% interval, the best of each "
-        "column is bold, and rows that a paired bootstrap over the edits cannot tell from it are marked ≈.",
+        "run folders or sweep folders. The runs must share one ranking (model and revision, dataset version and "
+        "hash, limit and edits, protocol and its parameters, mode), dtype, device and seed. Rows come in sweep "
+        "order; each value carries its 95% interval and each ranked column its 95% rank range among the rows "
+        "(#2-4), from one paired bootstrap of the edits; the paper's pooled IFR and Preservation sit beside the "
+        "per-edit forms that rank them.",
     )
     m.add_argument(
         "results",
@@ -184,7 +187,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     m.add_argument("--out", type=Path, help="also write the table to this Markdown file")
     m.add_argument("--overwrite", action="store_true", help="replace the file --out names when it exists")
     m.add_argument(
-        "--json", action="store_true", help="print the runs (editor, file, every metric) as JSON instead"
+        "--json",
+        action="store_true",
+        help="print the runs (editor, file, every metric, its rank range per headline metric) as JSON instead",
     )
     m.set_defaults(func=run_summarize)
 
@@ -456,10 +461,18 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_runs_json(documents: list[dict[str, Any]], paths: list[Path], summary: Path | None = None) -> None:
-    """Runs as JSON: each run's editor, results file, sha256, config and every metric (value, n, interval)."""
+def _print_runs_json(
+    documents: list[dict[str, Any]], paths: list[Path], summary: Path | None = None, ranks: Any = None
+) -> None:
+    """Runs as JSON: each run's editor, results file, sha256, config, every metric (value, n, interval) and
+    its rank range per headline metric among these runs (``ranks``: their
+    :class:`~knowgic.evaluation.sweep.SummaryRanks`, computed here when not given); ``ranking`` says how."""
+    from knowgic.evaluation.sweep import summary_ranks
     from knowgic.printable import printable_json
+    from knowgic.spec import benchmark_spec
 
+    spec = benchmark_spec()
+    ranks = ranks if ranks is not None else summary_ranks(documents, spec)
     runs = [
         {
             "editor": d["config"]["editor"],
@@ -469,10 +482,11 @@ def _print_runs_json(documents: list[dict[str, Any]], paths: list[Path], summary
             "dataset": d["dataset"],
             "counts": d["counts"],
             "metrics": d["metrics"],
+            "ranks": ranks.run(i, spec),
         }
-        for d, path in zip(documents, paths, strict=True)
+        for i, (d, path) in enumerate(zip(documents, paths, strict=True))
     ]
-    report: dict[str, Any] = {"runs": runs}
+    report: dict[str, Any] = {"ranking": ranks.report(spec), "runs": runs}
     if summary is not None:
         report["summary"] = str(summary)
     print(printable_json(report, indent=2))
@@ -480,13 +494,14 @@ def _print_runs_json(documents: list[dict[str, Any]], paths: list[Path], summary
 
 def run_summarize(args: argparse.Namespace) -> int:
     from knowgic.evaluation.outputs import write_atomic
-    from knowgic.evaluation.sweep import summarized_runs, summary_table
+    from knowgic.evaluation.sweep import row_labels, summarized_runs, summary_ranks, summary_table
     from knowgic.printable import printable
 
     if args.out is not None and args.out.exists() and not args.overwrite:
         raise KnowgicError(f"{args.out} exists; pass --overwrite to replace it, or choose another file")
     documents, folders = summarized_runs(args.results)
-    table = summary_table(documents, sources=folders)
+    ranks = summary_ranks(documents, names=row_labels(documents, folders))
+    table = summary_table(documents, sources=folders, ranks=ranks)
     if args.out is not None:
         try:
             args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -494,7 +509,7 @@ def run_summarize(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise KnowgicError(f"cannot write {args.out}: {exc}") from None
     if args.json:
-        _print_runs_json(documents, [f / "results.json" if f.is_dir() else f for f in folders])
+        _print_runs_json(documents, [f / "results.json" if f.is_dir() else f for f in folders], ranks=ranks)
     else:
         print(printable(table, newlines=True))  # names from results files: shown, never obeyed
     return 0

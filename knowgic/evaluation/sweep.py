@@ -15,7 +15,7 @@ from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
 from knowgic.evaluation.evaluate import EvaluationRequest, check_request, evaluate, make_editor
 from knowgic.evaluation.outputs import check_writable, describe_run, write_atomic
-from knowgic.formatting import FEW_EDITS_MARK, TOLD_APART, UNDEFINED, format_value
+from knowgic.formatting import FEW_EDITS_MARK, UNDEFINED, format_value
 from knowgic.intervals import (
     BOOTSTRAP_METHODS,
     DEFAULT_LEVEL,
@@ -28,43 +28,73 @@ from knowgic.intervals import (
     listing,
     methods_for,
 )
-from knowgic.measure.compare import BestComparison, compare_with_best, paired_resamples
 from knowgic.measure.compute import metric_entry_at
+from knowgic.measure.ranks import (
+    RANK_METHOD,
+    RANK_METHODS,
+    MetricRanking,
+    RankingKey,
+    one_ranking,
+    rank_runs,
+    ranked_forms,
+    ranking_key,
+    with_paper_forms,
+)
 from knowgic.models.loading import load_model
-from knowgic.paired import PAIRED_TEST_BY_KIND
 from knowgic.results import read_results
 from knowgic.scoring import make_scorer
-from knowgic.spec import BenchmarkSpec, benchmark_spec
+from knowgic.spec import BenchmarkSpec, MetricSpec, benchmark_spec
 
 
 @dataclass(frozen=True)
 class Column:
-    """A metric column of the summary table: its path in ``metrics``, header and direction."""
+    """A metric column of the summary table: its path in ``metrics``, header and direction; ``ranked``: the
+    column is a metric's ranked form and its cells carry rank ranges; ``paper``: the paper's figure of a
+    metric that ranks by another form (shown, never ranked)."""
 
     metric: str
     header: str
     lower_is_better: bool
+    ranked: bool = False
+    paper: bool = False
+
+
+PAPER = "paper"
+"""What a column header adds to a paper's figure that ranks by another form: ``IFR (paper) ↓``."""
+RANK_MARK = "#"
+"""Before a cell's rank range: ``0.442 [0.25, 0.65] #2–4``."""
+
+
+def _columns(
+    spec: BenchmarkSpec, paths: Sequence[str], header: Callable[[str, MetricSpec], str]
+) -> list[Column]:
+    """The columns of ``paths``: a paper's figure that ranks by another form, then that form
+    (:func:`knowgic.measure.ranks.with_paper_forms`)."""
+    declared = spec.metric_paths()
+    columns = []
+    for path, paper in with_paper_forms(spec, paths):
+        metric = declared[path]
+        shown = f"{header(path, metric)} ({PAPER})" if paper else header(path, metric)
+        columns.append(
+            Column(path, f"{shown} {metric.arrow}", metric.lower_is_better, ranked=not paper, paper=paper)
+        )
+    return columns
 
 
 def headline_columns(spec: BenchmarkSpec) -> tuple[Column, ...]:
-    """The summary's headline columns: the metrics ``spec`` marks ``headline``, in its order."""
-    return tuple(
-        Column(path, f"{m.short or m.label} {m.arrow}", m.lower_is_better)
-        for path, m in spec.metric_paths().items()
-        if m.headline and not m.parts
-    )
+    """The summary's headline columns: the metrics ``spec`` marks ``headline``, in its order, a paper's
+    figure that ranks by another form followed by that form (IFR (paper), IFR/edit; Pres. (paper), Pres.
+    macro)."""
+    paths = [p for p, m in spec.metric_paths().items() if m.headline and not m.parts]
+    return tuple(_columns(spec, paths, lambda _, m: m.short or m.label))
 
 
 def length_columns(spec: BenchmarkSpec) -> tuple[Column, ...]:
-    """IFR by chain length, one column per declared length."""
-    return tuple(
-        Column(path, f"n={path.partition('.')[2]} {m.arrow}", m.lower_is_better)
-        for path, m in spec.metric_paths().items()
-        if m.name == "ifr_by_length"
-    )
-
-
-TIED_MARK = "≈"
+    """IFR by chain length, one column per declared length: the paper's pooled figures, then the per-edit
+    forms that rank them."""
+    paths = [p for p, m in spec.metric_paths().items() if m.name == "ifr_by_length"]
+    forms = _columns(spec, paths, lambda p, m: f"{m.short}{p.partition('.')[2]}")
+    return tuple(sorted(forms, key=lambda c: c.ranked))
 
 
 def _bootstrap_settings(document: Mapping[str, Any]) -> BootstrapSettings:
@@ -77,27 +107,71 @@ def _bootstrap_settings(document: Mapping[str, Any]) -> BootstrapSettings:
     )
 
 
-def _best_marks(
-    documents: Sequence[Mapping[str, Any]], columns: Sequence[Column], settings: BootstrapSettings
-) -> tuple[dict[str, BestComparison], str | None]:
-    """Each column's best row and paired tests against it, or why the rows cannot be compared."""
+@dataclass(frozen=True)
+class SummaryRanks:
+    """The rank ranges of a summary's runs: ranked metric path -> :class:`MetricRanking`, or why there are
+    none (``reason``)."""
+
+    rankings: Mapping[str, MetricRanking]
+    key: RankingKey | None
+    settings: BootstrapSettings
+    reason: str | None = None
+
+    def report(self, spec: BenchmarkSpec) -> dict[str, Any]:
+        """The ranking as JSON: what ranks (key, method, level, resamples, seed)."""
+        return {
+            "ranking": None if self.key is None else self.key.label,
+            "method": RANK_METHODS[RANK_METHOD],
+            "level": self.settings.level,
+            "resamples": self.settings.resamples,
+            "seed": self.settings.seed,
+            "reason": self.reason,
+        }
+
+    def run(self, i: int, spec: BenchmarkSpec) -> dict[str, Any]:
+        """Run ``i``'s rank range per headline metric: ``{path: {"ranked_by", "value", "rank": [low, high],
+        "of"}}`` (``value``: the ranked form's, which orders the runs; empty without ranks)."""
+        out = {}
+        for path, form in ranked_forms(spec).items():
+            ranking = self.rankings.get(form)
+            if ranking is not None:
+                record = ranking.record(i)
+                out[path] = {"ranked_by": form, **{k: v for k, v in record.items() if k != "metric"}}
+        return out
+
+
+def summary_ranks(
+    documents: Sequence[Mapping[str, Any]],
+    spec: BenchmarkSpec | None = None,
+    names: Sequence[str] | None = None,
+) -> SummaryRanks:
+    """Every ranked column's rank ranges (:func:`knowgic.measure.ranks.rank_runs`), with the settings of the
+    runs' own intervals; none, with the reason, when the runs cannot share a ranking."""
+    spec = spec or benchmark_spec()
+    settings = _bootstrap_settings(documents[0])
+    forms = [c.metric for c in (*headline_columns(spec), *length_columns(spec)) if c.ranked]
+    forms += [f for f in ranked_forms(spec).values() if f not in forms]
     try:
-        paired = paired_resamples(documents, settings)
+        key = one_ranking(documents, names)
+        rankings = rank_runs(documents, forms, settings, spec, names)
     except KnowgicError as exc:
-        return {}, str(exc)
-    return {c.metric: compare_with_best(paired, c.metric, c.lower_is_better) for c in columns}, None
+        return SummaryRanks({}, None, settings, str(exc))
+    return SummaryRanks(rankings, key, settings)
 
 
-def _cell(document: Mapping[str, Any], row: int, column: Column, marks: Mapping[str, BestComparison]) -> str:
-    """``**0.418** [0.26, 0.58]`` for the best row, ``0.421 [0.26, 0.58] ≈`` for a row tied with it."""
+def _cell(document: Mapping[str, Any], row: int, column: Column, ranks: SummaryRanks) -> str:
+    """``**0.442** [0.25, 0.65] #1–3`` for a ranked column's row whose range holds rank 1,
+    ``0.523 [0.32, 0.72] #4–7`` for another; a paper's figure is its value and interval only."""
     text = format_value(metric_entry_at(document["metrics"], column.metric))
-    comparison = marks.get(column.metric)
-    if comparison is None or comparison.best is None or text == UNDEFINED:
+    ranking = ranks.rankings.get(column.metric)
+    if not column.ranked or ranking is None or text == UNDEFINED or ranking.ranges[row] is None:
         return text
-    if row == comparison.best:
+    found = ranking.ranges[row]
+    assert found is not None
+    if found.low == 1:
         value, _, rest = text.partition(" ")
-        return f"**{value}** {rest}".strip()
-    return f"{text} {TIED_MARK}" if comparison.tied[row] else text
+        text = f"**{value}** {rest}".strip()
+    return f"{text} {RANK_MARK}{found.text}"
 
 
 def row_labels(documents: Sequence[Mapping[str, Any]], sources: Sequence[Path] | None = None) -> list[str]:
@@ -122,14 +196,14 @@ def _table(
     documents: Sequence[Mapping[str, Any]],
     labels: Sequence[str],
     columns: Sequence[Column],
-    marks: Mapping[str, BestComparison],
+    ranks: SummaryRanks,
     extra_headers: Sequence[str] = (),
     extra_cells: Sequence[Sequence[str]] = (),
 ) -> list[str]:
     headers = ["editor", *(c.header for c in columns), *extra_headers]
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for i, (doc, label) in enumerate(zip(documents, labels, strict=True)):
-        cells = [label, *(_cell(doc, i, c, marks) for c in columns), *(extra_cells[i] if extra_cells else ())]
+        cells = [label, *(_cell(doc, i, c, ranks) for c in columns), *(extra_cells[i] if extra_cells else ())]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -138,20 +212,23 @@ def summary_table(
     documents: Sequence[Mapping[str, Any]],
     sources: Sequence[Path] | None = None,
     spec: BenchmarkSpec | None = None,
+    ranks: SummaryRanks | None = None,
 ) -> str:
     """Two Markdown tables, one row per run: the headline metrics (with active chains and seconds per edit),
-    then IFR by chain length; every value with its interval, the best of each column in bold and the rows
-    that a paired bootstrap cannot tell from the best marked :data:`TIED_MARK`; a footnote says how.
+    then IFR by chain length; every value with its interval, every ranked column's value with its rank
+    range among the rows (``#2–4``, :mod:`knowgic.measure.ranks`) and in bold where that range holds rank 1;
+    the paper's pooled figures beside the per-edit forms that rank them; a footnote says how.
 
-    ``sources`` (one path per run) tells apart runs of the same editor (:func:`row_labels`).
+    ``sources`` (one path per run) tells apart runs of the same editor (:func:`row_labels`); ``ranks``: the
+    rows' :func:`summary_ranks` when the caller has them already.
     """
     if not documents:
         return "No runs.\n"
     spec = spec or benchmark_spec()
     headline, lengths = headline_columns(spec), length_columns(spec)
     labels = row_labels(documents, sources)
-    settings = _bootstrap_settings(documents[0])
-    marks, not_compared = _best_marks(documents, (*headline, *lengths), settings)
+    ranks = ranks or summary_ranks(documents, spec, labels)
+    settings = ranks.settings
     extra = []
     for doc in documents:
         c = doc["counts"]
@@ -161,9 +238,9 @@ def summary_table(
                 f"{doc['timing']['edit_seconds'] / max(1, c['edits']):.2f}",
             ]
         )
-    lines = _table(documents, labels, headline, marks, ("active chains", "s/edit"), extra)
+    lines = _table(documents, labels, headline, ranks, ("active chains", "s/edit"), extra)
     lines += ["", "IFR by chain length (chains of n steps):", ""]
-    lines += _table(documents, labels, lengths, marks)
+    lines += _table(documents, labels, lengths, ranks)
 
     first = documents[0]
     cfg = first["config"]
@@ -176,9 +253,8 @@ def summary_table(
         + (f", {settings.resamples} resamples, seed {settings.seed}" if method in BOOTSTRAP_METHODS else "")
         for method, labels in methods_for(paths, METHOD_BY_KIND)
     )
-    # The test's name only: compare reports the interval of the difference beside it.
-    test_names = {kind: test.partition(" (")[0] for kind, test in PAIRED_TEST_BY_KIND.items()}
-    tests = "; ".join(f"{test} for {listing(labels)}" for test, labels in methods_for(paths, test_names))
+    papers = [c for c in (*headline, *lengths) if c.paper]
+    paper_labels = listing(list(dict.fromkeys(declared[c.metric].label for c in papers)))
     lines.append("")
     lines.append(
         f"Model `{cfg['model']}` ({cfg['dtype']}, {cfg['device']}), KnowGIC {first['dataset']['version']}, "
@@ -189,25 +265,41 @@ def summary_table(
         f"{FEW_EDITS_MARK}: fewer than {FEW_EDITS:g} effective edits: the figure rests on few edits, and its "
         "interval is wide."
     )
-    if not_compared is not None:
-        lines.append(f"Rows not compared with each other: {not_compared}.")
+    if papers:
+        lines.append(
+            f"({PAPER}): the paper's pooled {paper_labels}, shown as the paper defines them and never ranked; "
+            "beside each is its per-edit form (every edit weighing the same), which ranks it."
+        )
+    if ranks.reason is not None:
+        lines.append(f"Rows not ranked: {ranks.reason}.")
     else:
         lines.append(
-            f"**Bold**: the best value of the column. {TIED_MARK}: the paired test of this row against the "
-            f"best row ({tests}), Holm-adjusted over the column's rows, has p >= {1 - settings.level:.2g}: "
-            f"these edits cannot tell the row from the best. A value without a mark is {TOLD_APART} from the best "
-            "(worse), or has no paired test (one edit, or the metric rests on one edit)."
+            f"{RANK_MARK}a–b: the row's {level}% rank range among these rows, from one paired bootstrap of "
+            f"the edits shared by every row ({settings.resamples} resamples, seed {settings.seed}; "
+            "docs/metrics.md, Rank ranges); a better value never shows a worse rank, and rows whose ranges "
+            "overlap are not told apart. **Bold**: rows whose range holds rank 1."
         )
     return "\n".join(lines) + "\n"
 
 
-# What must agree for runs to share one table: the footnote states one setting for all rows.
-_SHARED_SETTING = (
-    ("model", lambda d: d["config"]["model"]),
-    ("dataset version", lambda d: f"{d['dataset']['version']} ({d['dataset']['sha256'][:12]})"),
-    ("protocol", lambda d: f"{d['config']['protocol']} {d['config']['protocol_params']}"),
-    ("mode", lambda d: d["config"]["mode"]),
-    ("limit", lambda d: "no limit" if d["config"]["limit"] is None else f"limit {d['config']['limit']}"),
+def _shown_limit(value: Any) -> str:
+    return "no limit" if value is None else f"limit {value}"
+
+
+# What must agree for runs to share one table: one ranking (knowgic.measure.ranks.RankingKey), and the
+# settings the footnote states once for all rows.
+_SHARED_SETTING: tuple[tuple[str, Callable[[Mapping[str, Any]], Any]], ...] = (
+    *(
+        (
+            words,
+            lambda d, name=name: (
+                _shown_limit(getattr(ranking_key(d), name))
+                if name == "limit"
+                else getattr(ranking_key(d), name)
+            ),
+        )
+        for name, words in RankingKey.FIELDS
+    ),
     ("dtype", lambda d: d["config"]["dtype"]),
     ("device", lambda d: d["config"]["device"]),
     ("seed", lambda d: d["config"]["seed"]),

@@ -8,4 +8,5 @@
     definitions.py  every built-in metric's function (METRICS, the default registry)
     compute.py      compute(records, spec): values, n, reasons, intervals and counts, in document shape
     compare.py      paired comparisons of runs: compare_results, compare_with_best, ranks_by_significance
+    ranks.py        rank ranges of runs of one ranking (RankingKey), in the order of their values
 """
