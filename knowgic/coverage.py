@@ -444,7 +444,8 @@ def false_told_apart(
     methods: Mapping[str, Sequence[str]] | None = None,
     permutations: int = 2000,
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """Per metric and paired method (``methods``: kind -> methods, default the kind's one), under ``null``
+    """Per metric and paired method (``methods``: kind -> methods, the metrics of other kinds left out;
+    default each kind's one, :data:`knowgic.paired.PAIRED_METHOD_BY_KIND`), under ``null``
     (:data:`NULLS`; see the module docstring): the share of samples the test tells apart (``test``), the
     share whose interval excludes 0 (``interval``), and the mean width of the interval (``width``).
     ``permutations``: random sign flips of the ``sign_flip`` test beyond 12 edits."""
@@ -452,8 +453,14 @@ def false_told_apart(
         raise ValueError(f"unknown null {null!r}; known: {', '.join(NULLS)}")
     declared = {p: m for p, m in _with_parts(pop_a, paths).items() if p in pop_b.declared()}
     report = [p for p in declared if paths is None or p in paths]
-    kinds = {kind: tuple(ms) for kind, ms in (methods or {}).items()}
-    chosen = {p: kinds.get(declared[p].kind, (PAIRED_METHOD_BY_KIND[declared[p].kind],)) for p in report}
+    if methods is not None:
+        report = [p for p in report if methods.get(declared[p].kind)]
+    chosen = {
+        p: tuple(methods[declared[p].kind])
+        if methods is not None
+        else (PAIRED_METHOD_BY_KIND[declared[p].kind],)
+        for p in report
+    }
     rng = np.random.default_rng(seed)
     settings = BootstrapSettings(resamples=resamples, seed=seed)
     flips = sign_flips(n_edits, seed, permutations)
@@ -517,29 +524,50 @@ class CandidateResult:
         return self.worst >= COVERAGE_TARGET
 
 
+CandidateRows = dict[bool, list[tuple[str, str, float, float, float]]]
+
+
+def candidate_rows(
+    pop: Population, kind: str, method: str, n_edits: int, samples: int, resamples: int
+) -> CandidateRows:
+    """``method`` for ``kind`` at ``n_edits`` edits on every metric of the kind ``pop`` has, with the
+    unseen-edit margin (``True``) and without it: rows (population, path, coverage, width, whole range);
+    the width is NaN for a metric unbounded on a side."""
+    rows: CandidateRows = {True: [], False: []}
+    paths = _kind_paths(pop, kind)
+    if not paths:
+        return rows
+    declared = benchmark_spec().metric_paths()
+    steps = resamples if method in BOOTSTRAP_METHODS else 1
+    result = coverage(pop, n_edits, samples, {kind: method}, steps, paths=paths, margins=frozenset({kind}))
+    for p in paths:
+        r, bounded = result[p], None not in declared[p].bounds
+        for margin, suffix in ((True, ""), (False, "_raw")):
+            width = r["width" + suffix] if bounded else float("nan")
+            rows[margin].append((pop.name, p, r["coverage" + suffix], width, r["whole" + suffix]))
+    return rows
+
+
 def candidate(
-    populations: Sequence[Population], kind: str, method: str, n_edits: int, samples: int, resamples: int
+    populations: Sequence[Population],
+    kind: str,
+    method: str,
+    n_edits: int,
+    samples: int,
+    resamples: int,
+    rows: Sequence[CandidateRows] | None = None,
 ) -> list[CandidateResult]:
     """``method`` for ``kind`` at ``n_edits`` edits over every population and metric of the kind, with the
-    unseen-edit margin and without it."""
-    rows: dict[bool, list[tuple[str, str, float, float, float]]] = {True: [], False: []}
-    declared = benchmark_spec().metric_paths()
-    for pop in populations:
-        paths = _kind_paths(pop, kind)
-        if not paths:
-            continue
-        steps = resamples if method in BOOTSTRAP_METHODS else 1
-        result = coverage(
-            pop, n_edits, samples, {kind: method}, steps, paths=paths, margins=frozenset({kind})
-        )
-        for p in paths:
-            r, bounded = result[p], None not in declared[p].bounds
-            for margin, suffix in ((True, ""), (False, "_raw")):
-                width = r["width" + suffix] if bounded else float("nan")
-                rows[margin].append((pop.name, p, r["coverage" + suffix], width, r["whole" + suffix]))
+    unseen-edit margin and without it (``rows``: :func:`candidate_rows` of each population, when computed
+    already)."""
+    found_rows = (
+        rows
+        if rows is not None
+        else [candidate_rows(pop, kind, method, n_edits, samples, resamples) for pop in populations]
+    )
     out = []
     for margin in (True, False):
-        found = rows[margin]
+        found = [row for by_margin in found_rows for row in by_margin[margin]]
         bounded_rows = [r for r in found if r[3] == r[3]]
         unbounded = [r[2] for r in found if r[3] != r[3] and r[2] == r[2]]
         worst = min(bounded_rows, key=lambda r: r[2] if r[2] == r[2] else 2.0)
@@ -631,31 +659,28 @@ def _pair_name(a: Population, b: Population) -> str:
     return f"{a.name.split(' on ')[0]} / {b.name.split(' on ')[0]}{growth}"
 
 
+PAIRED_METHOD_NAMES = tuple(dict.fromkeys(m for methods in PAIRED_CANDIDATES.values() for m in methods))
+"""Every paired method the null table measures, in its order."""
+
+
 def null_rows(
-    a: Population, b: Population, null: str, n_edits: int, samples: int, resamples: int, all_methods: bool
-) -> list[str]:
-    """Markdown rows: per metric and paired method, the false 'told apart' rate of the test and of its
-    interval (they agree for every method but the sign-flip test), and the interval's mean width."""
-    result = false_told_apart(
-        a,
-        b,
-        n_edits,
-        samples,
-        null,
-        resamples,
-        paths=NULL_METRICS,
-        methods=PAIRED_CANDIDATES if all_methods else None,
-    )
-    lines = []
+    a: Population, b: Population, null: str, n_edits: int, samples: int, resamples: int, method: str
+) -> dict[str, str]:
+    """Per metric whose kind the paired ``method`` is a candidate for (:data:`PAIRED_CANDIDATES`), a Markdown
+    row: the false 'told apart' rate of the test and of its interval (they agree for every method but the
+    sign-flip test), and the interval's mean width."""
+    methods = {kind: (method,) for kind, ms in PAIRED_CANDIDATES.items() if method in ms}
+    result = false_told_apart(a, b, n_edits, samples, null, resamples, paths=NULL_METRICS, methods=methods)
+    rows = {}
     for p, by_method in result.items():
-        for m, r in by_method.items():
-            chosen = m == PAIRED_METHOD_BY_KIND[benchmark_spec().metric_paths()[p].kind]
-            above = r["test"] == r["test"] and r["test"] > 0.06
-            lines.append(
-                f"| {_pair_name(a, b)} | {null} | {n_edits} | {_label(p)} | {m}{' (chosen)' if chosen else ''} | "
-                f"{_fmt(r['test'])}{' **above**' if above else ''} | {_fmt(r['interval'])} | {_fmt(r['width'])} |"
-            )
-    return lines
+        r = by_method[method]
+        chosen = method == PAIRED_METHOD_BY_KIND[benchmark_spec().metric_paths()[p].kind]
+        above = r["test"] == r["test"] and r["test"] > 0.06
+        rows[p] = (
+            f"| {_pair_name(a, b)} | {null} | {n_edits} | {_label(p)} | {method}{' (chosen)' if chosen else ''} | "
+            f"{_fmt(r['test'])}{' **above**' if above else ''} | {_fmt(r['interval'])} | {_fmt(r['width'])} |"
+        )
+    return rows
 
 
 # --- the tables, as tasks that run in parallel (one process per task, populations read once per process) ---
@@ -675,7 +700,8 @@ def _task(task: tuple[Any, ...]) -> Any:
     what, path, *args = task
     real, everything = _populations(path)
     if what == "candidate":
-        return candidate(everything, *args)
+        index, *rest = args
+        return candidate_rows(everything[index], *rest)
     if what == "coverage":
         index, *rest = args
         return coverage_rows(everything[index], *rest)
@@ -728,12 +754,16 @@ def _table_command(args: argparse.Namespace) -> int:
     real, everything = _populations(path)
     settings = f"{args.samples} samples per row, {args.resamples} bootstrap resamples per interval"
     tasks: list[tuple[Any, ...]] = []
+    wanted = set(args.candidate_methods or (m for ms in CANDIDATES.values() for m in ms))
+    candidates = {kind: [m for m in methods if m in wanted] for kind, methods in CANDIDATES.items()}
+    candidates = {kind: methods for kind, methods in candidates.items() if methods}
     if "candidates" in args.tables:
         tasks += [
-            ("candidate", path, kind, method, n, args.samples, args.resamples)
-            for kind, methods in CANDIDATES.items()
+            ("candidate", path, i, kind, method, n, args.samples, args.resamples)
+            for kind, methods in candidates.items()
             for method in methods
             for n in args.sizes
+            for i in range(len(everything))
         ]
     if "coverage" in args.tables:
         tasks += [
@@ -750,27 +780,30 @@ def _table_command(args: argparse.Namespace) -> int:
     pairs = _pairs(real)
     if "null" in args.tables:
         tasks += [
-            ("null", path, i, null, n, args.samples, args.null_resamples, True)
+            ("null", path, i, null, n, args.samples, args.null_resamples, method)
             for i in range(len(pairs))
             for null in NULLS
             for n in args.sizes
+            for method in PAIRED_METHOD_NAMES
         ]
     results = iter(_run_tasks(tasks, args.jobs))
     lines: list[str] = []
     if "candidates" in args.tables:
         found = [
-            r
-            for kind in CANDIDATES
-            for _method in CANDIDATES[kind]
-            for _n in args.sizes
-            for r in next(results)
+            result
+            for kind, methods in candidates.items()
+            for method in methods
+            for n in args.sizes
+            for result in candidate(
+                everything, kind, method, n, args.samples, args.resamples, [next(results) for _ in everything]
+            )
         ]
         lines += [f"Candidate interval methods per kind ({settings}):", "", *candidates_table(found), ""]
         lines += [
             "Chosen at 26 edits (the narrowest mean width among the methods continuous in the data that reach "
             "the target on every population and bounded metric):"
         ]
-        for kind in CANDIDATES:
+        for kind in candidates:
             best = choose([r for r in found if r.kind == kind])
             chosen = (
                 "no method reaches the target"
@@ -818,7 +851,9 @@ def _table_command(args: argparse.Namespace) -> int:
         for _pair in pairs:
             for _null in NULLS:
                 for _n in args.sizes:
-                    lines += next(results)
+                    by_method = [next(results) for _ in PAIRED_METHOD_NAMES]
+                    for metric in NULL_METRICS:
+                        lines += [rows[metric] for rows in by_method if metric in rows]
         lines.append("")
     lines.append(f"Simulation time: {time.perf_counter() - start:.0f} s ({args.jobs} processes).")
     text = "\n".join(lines) + "\n"
@@ -857,6 +892,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=["candidates", "coverage", "sizes", "null"],
         help="which tables: the candidate methods per kind, the chosen methods' coverage, their lowest coverage "
         "by edits, the paired tests' false 'told apart' rates (default: all)",
+    )
+    table.add_argument(
+        "--candidate-methods",
+        nargs="+",
+        choices=sorted({m for ms in CANDIDATES.values() for m in ms}),
+        default=None,
+        help="the interval methods the candidates table compares (default: every candidate of each kind)",
     )
     table.add_argument("--jobs", type=int, default=1, help="processes to simulate in (default 1)")
     table.add_argument("--out", type=Path, default=None, help="also write the tables to this file")
