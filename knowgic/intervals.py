@@ -622,7 +622,8 @@ def _intervals_of(
         high = np.fmax(high, m_high)
     status = np.full(value.shape, OK)
     status = np.where(np.isnan(value), UNDEFINED, status)
-    status = np.where((status != UNDEFINED) & (edits < 2), ONE_EDIT, status)
+    if method != "exact":  # an exact binomial interval holds for one edit too
+        status = np.where((status != UNDEFINED) & (edits < 2), ONE_EDIT, status)
     if bootstrap:
         too_few = defined < MIN_DEFINED_SHARE * (lin.theta.shape[1] - 1)
         status = np.where((status == OK) & too_few, FEW_RESAMPLES, status)

@@ -75,7 +75,7 @@ EXACT_FLIPS_UP_TO = 12
 """Up to this many edits the permutation test enumerates all 2^E swaps (exact p-value)."""
 
 PAIRED_METHODS = {
-    "mcnemar": "McNemar's exact test (its inverted, conditional Clopper-Pearson interval)",
+    "mcnemar": "McNemar's exact test (its interval: the test inverted, with Clopper-Pearson's share of discordant edits)",
     "t": "paired t over edits (linearized differences, m-1 degrees of freedom; its own interval)",
     "satterthwaite_t": (
         "paired t over edits (linearized differences, Satterthwaite degrees of freedom; its own interval)"

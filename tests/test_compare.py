@@ -47,18 +47,29 @@ def test_compare_prints_each_metrics_paired_difference(runs, capsys) -> None:
     capsys.readouterr()
     assert _run_main(["compare", str(runs["none"]), str(runs["rome"] / "results.json")]) == 0
     out = capsys.readouterr().out
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 5}
     # ROME makes the 3 edits the unedited model does not: B - A = +1, but three one-way discordant edits
-    # are not evidence at 5% (McNemar's exact p = 2 / 2^3 = 0.25), and the table says so.
-    efficacy = next(line for line in out.splitlines() if "│ Efficacy " in line)
-    assert "+1.0000" in efficacy and "│ 0.25 " in efficacy and "not told apart † few edits" in efficacy
-    ifr = next(line for line in out.splitlines() if "│ IFR " in line)
-    assert "not told apart" in ifr  # the sign-flip test's smallest p over 3 edits is 2/8
+    # are not evidence at 5% (McNemar's exact p = 2 / 2^3 = 0.25), and the interval, the test inverted,
+    # holds 0 too.
+    efficacy = rows["Efficacy"]
+    assert "+1.0000" in efficacy and "0.25 │" in efficacy and "not told apart † few edits" in efficacy
+    assert "[-0.4152, +1.0000]" in efficacy
+    # IFR is ranked, and so told apart or not, by its per-edit form; the paper's pooled IFR shows its own
+    # difference, interval and p-value beside it, and points to the verdict.
+    assert "not told apart" in rows["IFR (per edit)"]
+    assert "verdict by IFR (per edit)" in rows["IFR"] and "told apart" not in rows["IFR"]
+    assert "verdict by Preservation (macro)" in rows["Preservation"]
     # The footnote names each metric's test, from the metric kinds the spec declares.
     footnote = " ".join(out[out.index("Paired over the 3 edits:") :].split())
     assert (
-        "McNemar's exact test (Newcombe's hybrid-score interval) for Efficacy and Generalization;" in footnote
+        "McNemar's exact test (its interval: the test inverted, with Clopper-Pearson's share of discordant "
+        "edits) for Efficacy and "
+        "Generalization;" in footnote
     )
-    assert '(cluster-robust t interval) for Specificity, "Specificity, same relation" and' in footnote
+    assert (
+        "paired t over edits (linearized differences, Satterthwaite degrees of freedom; its own interval)"
+        in footnote
+    )
 
 
 def test_compare_json_matches_the_library(runs, capsys) -> None:
@@ -84,11 +95,15 @@ def test_compare_json_matches_the_library(runs, capsys) -> None:
         {k: getattr(d, k) for k in keys} for d in library
     ]
     by_metric = {d["metric"]: d for d in report["differences"]}
-    ifr = by_metric["ifr"]
-    assert ifr["difference"] == pytest.approx(ifr["b"] - ifr["a"])
-    assert ifr["low"] <= ifr["difference"] <= ifr["high"] and ifr["difference"] < 0
+    for name in ("ifr", "ifr_per_edit"):
+        ifr = by_metric[name]
+        assert ifr["difference"] == pytest.approx(ifr["b"] - ifr["a"])
+        assert ifr["low"] <= ifr["difference"] <= ifr["high"] and ifr["difference"] < 0
+        assert ifr["p_value"] > 0.05 and ifr["few_edits"] is True and ifr["ranked_by"] == "ifr_per_edit"
+    assert by_metric["ifr_per_edit"]["excludes_zero"] is False
     assert (
-        ifr["p_value"] == pytest.approx(0.25) and ifr["excludes_zero"] is False and ifr["few_edits"] is True
+        by_metric["ifr"]["excludes_zero"] is None
+        and by_metric["ifr"]["verdict"] == "– (verdict by IFR (per edit))"
     )
     assert by_metric["efficacy"]["discordant"] == [0, 3] and by_metric["efficacy"]["verdict"].startswith(
         "not told"
@@ -101,7 +116,8 @@ def test_a_run_compared_with_itself_differs_by_nothing(runs, capsys) -> None:
     for d in json.loads(capsys.readouterr().out)["differences"]:
         if d["low"] is None:
             continue
-        assert (d["difference"], d["p_value"], d["excludes_zero"]) == (0.0, 1.0, False)
+        verdict = False if d["ranked_by"] == d["metric"] else None  # a pooled figure's verdict is its form's
+        assert (d["difference"], d["p_value"], d["excludes_zero"]) == (0.0, 1.0, verdict)
         if d["metric"] not in ("efficacy", "generalization"):
             assert (d["low"], d["high"]) == (0.0, 0.0)
 
