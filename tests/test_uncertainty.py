@@ -349,7 +349,7 @@ def test_recorded_intervals_are_recomputed_from_the_records(rome_run) -> None:
     low, high = rome_run["metrics"]["ifr"]["interval"]
     assert low < rome_run["metrics"]["ifr"]["value"] < high
     # Every metric entry says how its interval was made, on how many edits it rests and whether those are
-    # enough for its method's measured coverage (6 edits: only for a 0/1 outcome per edit).
+    # enough for its method's measured coverage.
     for name, spec in benchmark_spec().metric_paths().items():
         entry = metric_entry_at(rome_run["metrics"], name)
         assert {"edits", "effective_edits", "few_edits"} <= set(entry), name
@@ -358,4 +358,7 @@ def test_recorded_intervals_are_recomputed_from_the_records(rome_run) -> None:
             met = None not in spec.bounds and entry["edits"] >= COVERAGE_MET_FROM[spec.kind]
             assert entry["coverage_unmet"] is not met, name
     assert not rome_run["metrics"]["efficacy"]["coverage_unmet"]
-    assert rome_run["metrics"]["ifr_per_edit"]["coverage_unmet"]
+    assert not rome_run["metrics"]["ifr_per_edit"]["coverage_unmet"]
+    # The composite, which holds no margin, covers from 20 edits; IFR uncapped, unbounded above, never.
+    assert rome_run["metrics"]["deep_editing_score"]["coverage_unmet"]
+    assert rome_run["metrics"]["ifr_uncapped"]["coverage_unmet"]
