@@ -103,6 +103,8 @@ PAIRED_CANDIDATES = {
 }
 """The paired methods the null simulation compares for each kind."""
 NULLS = ("exchangeable", "shifted", "scaled")
+NULL_PERMUTATIONS = 2000
+"""Random sign flips of the simulated sign-flip tests (the comparison itself takes 10,000)."""
 SIZE_ROWS = (*((kind, True) for kind in METHOD_BY_KIND), ("ratio_of_sums", False))
 """The rows of the table of lowest coverage by edits: every kind's bounded metrics, and the unbounded one."""
 NULL_METRICS = (
@@ -444,7 +446,7 @@ def false_told_apart(
     chunk: int = 40,
     paths: Sequence[str] | None = None,
     methods: Mapping[str, Sequence[str]] | None = None,
-    permutations: int = 2000,
+    permutations: int = NULL_PERMUTATIONS,
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Per metric and paired method (``methods``: kind -> methods, the metrics of other kinds left out;
     default each kind's one, :data:`knowgic.paired.PAIRED_METHOD_BY_KIND`), under ``null``
@@ -674,10 +676,10 @@ PAIRED_METHOD_NAMES = tuple(dict.fromkeys(m for methods in PAIRED_CANDIDATES.val
 
 def null_rows(
     a: Population, b: Population, null: str, n_edits: int, samples: int, resamples: int, method: str
-) -> dict[str, str]:
-    """Per metric whose kind the paired ``method`` is a candidate for (:data:`PAIRED_CANDIDATES`), a Markdown
-    row: the false 'told apart' rate of the test and of its interval (they agree for every method but the
-    sign-flip test), and the interval's mean width."""
+) -> dict[str, tuple[float, str]]:
+    """Per metric whose kind the paired ``method`` is a candidate for (:data:`PAIRED_CANDIDATES`): the false
+    'told apart' rate of the test, and a Markdown row with it, the rate of its interval (they agree for
+    every method but the sign-flip test) and the interval's mean width."""
     methods = {kind: (method,) for kind, ms in PAIRED_CANDIDATES.items() if method in ms}
     result = false_told_apart(a, b, n_edits, samples, null, resamples, paths=NULL_METRICS, methods=methods)
     rows = {}
@@ -686,10 +688,42 @@ def null_rows(
         chosen = method == PAIRED_METHOD_BY_KIND[benchmark_spec().metric_paths()[p].kind]
         above = r["test"] == r["test"] and r["test"] > 0.06
         rows[p] = (
+            r["test"],
             f"| {_pair_name(a, b)} | {null} | {n_edits} | {_label(p)} | {method}{' (chosen)' if chosen else ''} | "
-            f"{_fmt(r['test'])}{' **above**' if above else ''} | {_fmt(r['interval'])} | {_fmt(r['width'])} |"
+            f"{_fmt(r['test'])}{' **above**' if above else ''} | {_fmt(r['interval'])} | {_fmt(r['width'])} |",
         )
     return rows
+
+
+def null_summary(
+    found: Mapping[tuple[str, str, int, str, str], float], pair_names: Sequence[str], sizes: Sequence[int]
+) -> list[str]:
+    """Markdown: per metric, null and size, each paired method's highest false 'told apart' rate over the
+    pairs of runs (``found[(pair, null, edits, metric, method)]``), and the pair where it is."""
+    lines = [
+        "| metric | null | edits | " + " | ".join(PAIRED_METHOD_NAMES) + " |",
+        "|---|---|---|" + "---|" * len(PAIRED_METHOD_NAMES),
+    ]
+    for metric in NULL_METRICS:
+        for null in NULLS:
+            for n in sizes:
+                cells = []
+                for method in PAIRED_METHOD_NAMES:
+                    rates = [
+                        (found[k], k[0])
+                        for pair in pair_names
+                        if (k := (pair, null, n, metric, method)) in found
+                    ]
+                    rates = [(r, pair) for r, pair in rates if r == r]
+                    if not rates:
+                        cells.append("")
+                        continue
+                    rate, pair = max(rates)
+                    chosen = method == PAIRED_METHOD_BY_KIND[benchmark_spec().metric_paths()[metric].kind]
+                    text = f"{rate:.3f}{'' if rate <= 0.06 else ' **above**'} ({pair})"
+                    cells.append(f"**{text}**" if chosen and rate <= 0.06 else text)
+                lines.append(f"| {_label(metric)} | {null} | {n} | " + " | ".join(cells) + " |")
+    return lines
 
 
 # --- the tables, as tasks that run in parallel (one process per task, populations read once per process) ---
@@ -853,18 +887,35 @@ def _table_command(args: argparse.Namespace) -> int:
     if "null" in args.tables:
         lines += [
             f"False 'told apart' rate of the paired comparisons at 5% under three nulls: {args.samples} samples "
-            f"per row, {args.null_resamples} bootstrap resamples per paired bootstrap interval.",
+            f"per row, {args.null_resamples} bootstrap resamples per paired bootstrap interval, "
+            f"{NULL_PERMUTATIONS} random sign flips beyond 12 edits.",
+            "",
+        ]
+        found: dict[tuple[str, str, int, str, str], float] = {}
+        full: list[str] = []
+        for a, b in pairs:
+            for null in NULLS:
+                for n in args.sizes:
+                    by_method = [next(results) for _ in PAIRED_METHOD_NAMES]
+                    for metric in NULL_METRICS:
+                        for method, rows in zip(PAIRED_METHOD_NAMES, by_method, strict=True):
+                            if metric in rows:
+                                found[(_pair_name(a, b), null, n, metric, method)] = rows[metric][0]
+                                full.append(rows[metric][1])
+        summary = null_summary(found, [_pair_name(a, b) for a, b in pairs], args.sizes)
+        lines += [
+            "Highest rate over the pairs of runs, per metric, null and paired method (bold: the chosen method "
+            "within 0.06):",
+            "",
+            *summary,
+            "",
+            "Every pair:",
             "",
             "| runs | null | edits | metric | method | told apart by the test | interval excludes 0 | mean width |",
             "|---|---|---|---|---|---|---|---|",
+            *full,
+            "",
         ]
-        for _pair in pairs:
-            for _null in NULLS:
-                for _n in args.sizes:
-                    by_method = [next(results) for _ in PAIRED_METHOD_NAMES]
-                    for metric in NULL_METRICS:
-                        lines += [rows[metric] for rows in by_method if metric in rows]
-        lines.append("")
     lines.append(f"Simulation time: {time.perf_counter() - start:.0f} s ({args.jobs} processes).")
     text = "\n".join(lines) + "\n"
     if args.out is not None:

@@ -4,7 +4,7 @@ No document and no spec inside: callers hand in the sums (``knowgic.measure`` co
 records) and the declarations. Paired comparisons of two runs are ``knowgic.paired``.
 
 Why edits are the unit. The chains, broader-context facts and neighbours of one edit are measured on the
-same edited model and share its subject, so they move together; treating the 1,206 active chains of
+same edited model and share its subject, so they move together; treating the 1,185 active chains of
 knowgic-tiny (of 1,406) as independent evidence would give intervals far too narrow. Every method here
 treats the *edits* :math:`e = 1..E` as the independent units and carries every item of an edit along.
 
@@ -13,76 +13,63 @@ Every metric except the composite deep-editing score is a ratio of per-edit sums
 .. math:: \hat\theta = \frac{\sum_e a_e}{\sum_e b_e},
 
 with the edit's *sufficient statistics* :math:`a_e, b_e` (recorded in ``results.json``; each metric's are
-listed in ``knowgic.measure.definitions``).
+listed in ``knowgic.measure.definitions``). Its linearized (cluster-robust) standard error over the
+:math:`m` edits with :math:`b_e > 0` is
 
-How each interval is made (the metric's ``kind`` in ``spec/benchmark.yaml`` chooses; docs/metrics.md has
-the coverage each method measured)::
+.. math:: \widehat{se}^2 = \frac{m}{m-1} \sum_e z_e^2, \qquad z_e = \frac{a_e - \hat\theta b_e}{\sum_{e'} b_{e'}},
 
-    kind                  interval (METHOD_BY_KIND)                       paired test (knowgic.paired)
-    edit_outcome          Clopper-Pearson, exact                           McNemar's exact test
-    edit_mean             Clopper-Pearson on the effective edits           sign-flip permutation test
-    clustered_proportion  Korn-Graubard (CP on p(1-p)/se^2 facts)          sign-flip permutation test
-    ratio_of_sums         symmetric bootstrap-t, Satterthwaite-widened     sign-flip permutation test
-    composite             symmetric bootstrap-t, Satterthwaite-widened     sign-flip permutation test
+and the composite's :math:`z_e` is the chain rule's :math:`\sum_j \partial H / \partial x_j \,(\pm z_{j,e})`.
 
-*Studentized (bootstrap-t) cluster bootstrap.* A resample :math:`k` draws the edits with replacement,
-``numpy.random.default_rng(seed).integers(0, E, size=(resamples, E))``; with :math:`c_{k,e}` the number of
-times edit :math:`e` was drawn, :math:`\theta^*_k = \sum_e c_{k,e} a_e / \sum_e c_{k,e} b_e`. Each estimate
-gets its linearized (cluster-robust) standard error
+How each interval is made: the metric's ``kind`` in ``spec/benchmark.yaml`` chooses (:data:`METHOD_BY_KIND`),
+each method the one the coverage simulation of docs/metrics.md chose (``knowgic.coverage``: the narrowest
+of those continuous in the data that covered 0.93 on every population at 26 edits)::
 
-.. math:: \widehat{se}^2 = \frac{m}{m-1} \sum_e c_e\, z_e^2, \qquad
-          z_e = \frac{a_e - \theta b_e}{\sum_{e'} c_{e'} b_{e'}},
+    kind                  interval                                              margin   paired (knowgic.paired)
+    edit_outcome          Clopper-Pearson, exact                                 yes      McNemar, inverted
+    edit_mean             t on the per-edit values, m - 1 degrees of freedom     yes      paired Satterthwaite t
+    clustered_proportion  Korn-Graubard (Clopper-Pearson on p(1-p)/se^2 facts)   yes      paired Satterthwaite t
+    ratio_of_sums         t, Satterthwaite degrees of freedom                     yes      paired Satterthwaite t
+    composite             t, Satterthwaite degrees of freedom                     no       paired Satterthwaite t
 
-:math:`m` the number of drawn edits with :math:`b_e > 0`; the composite's :math:`z_e` is the chain rule's
-:math:`\sum_j \partial H / \partial \theta_j \, z_{j,e}`. With :math:`t^*_k = (\theta^*_k - \hat\theta) /
-\widehat{se}^*_k` the interval is :math:`[\hat\theta - q_{1-\alpha/2}(t^*)\,\widehat{se},\;
-\hat\theta - q_{\alpha/2}(t^*)\,\widehat{se}]`, clipped to the metric's declared bounds. Unlike the
-percentile interval it widens where a few edits carry most of the weight.
+*t over edits* (``t``, ``satterthwaite_t``): :math:`\hat\theta \pm t_{\nu,1-\alpha/2}\,\widehat{se}`, with
+:math:`\nu = m - 1` or the Satterthwaite degrees of freedom of the variance, a sum of one term per edit
+(:func:`satterthwaite_df`),
 
-*Symmetric studentized bootstrap, widened by the variance's degrees of freedom* (ratios of sums and the
-composite; the method of :data:`METHOD_BY_KIND`). The equal-tailed bootstrap-t above covered 0.90 for IFR
-under ROME at 26 edits, whose weight sits in 9.6 effective edits: a sample that happens to draw few of the
-heavy edits also understates its own spread. The interval
+.. math:: \nu = \frac{(\sum_e z_e^2)^2}{\sum_e z_e^4}\cdot\frac{m-1}{m},
 
-.. math:: \hat\theta \pm q_{1-\alpha}(|t^*|)\,\widehat{se}\,\frac{t_{\nu,\,1-\alpha/2}}{z_{1-\alpha/2}},
-          \qquad \nu = \frac{(\sum_e z_e^2)^2}{\sum_e z_e^4}\cdot\frac{m-1}{m}
-
-takes the symmetric bootstrap-t quantile and widens it by the ratio of Student's to the normal quantile at
-the Satterthwaite degrees of freedom :math:`\nu` of the cluster-robust variance (a sum of one term per
-edit): :math:`m-1` when the edits weigh the same, near the number of heavy edits when a few carry the
-variance. Its coverage is measured by the simulation of docs/metrics.md (at least 0.93 for every ratio
-metric and population at 26 edits).
-
-All resamples of all metrics are elementwise products and sums over a ``(resamples, E)`` array
-(vectorised; no BLAS product, so that the recorded intervals are bitwise reproducible whatever the BLAS
-library or thread count).
+:math:`m - 1` when the edits weigh the same, near the number of heavy edits when a few carry the variance
+(pooled IFR's weight sits in 9.6 effective edits of 26 under every editor on knowgic-tiny).
 
 *Korn-Graubard* for a share of 0/1 facts clustered in edits: Clopper-Pearson on the effective sample size
-:math:`n^* = \hat p(1-\hat p)/\widehat{se}^2 \cdot (z_{\alpha/2}/t_{m-1,\alpha/2})^2`. *Bernoulli bound*
-for one bounded value per edit: Clopper-Pearson on :math:`n_\mathrm{eff}` edits with the mean (scaled to
-[0, 1]) as the share, the widest a bounded value can spread (wide, and safe where values pile at a bound).
+:math:`n^* = \hat p(1-\hat p)/\widehat{se}^2 \cdot (z_{\alpha/2}/t_{m-1,\alpha/2})^2`. *Clopper-Pearson* for
+a 0/1 outcome per edit: :math:`[B(\alpha/2; k, n-k+1),\, B(1-\alpha/2; k+1, n-k)]` (``scipy.stats.beta``),
+never narrower than its nominal level for any true share.
 
-*Clopper-Pearson* for a 0/1 outcome per edit: :math:`[B(\alpha/2; k, n-k+1),\, B(1-\alpha/2; k+1, n-k)]`
-(``scipy.stats.beta``), never narrower than its nominal level for any true share, and never zero-width:
-26 of 26 gives [0.868, 1]. Wilson's interval is shorter but covers as little as 0.855 at 26 edits and
-0.833 at 6 for some true shares (near 1, where benchmark figures such as Efficacy sit).
+*The unseen-edit margin* (:func:`unseen_margin`). However alike the drawn edits are, a share
+:math:`q = 1 - (\alpha/2)^{1/n_\mathrm{eff}}` of edits unlike all of them is missed with probability
+:math:`\alpha/2`. An interval of a kind in :data:`MARGIN_KINDS` reaches at least
+:math:`[\hat\theta - q(\hat\theta - L),\; \hat\theta + q(U - \hat\theta)]`, what such a share at the bound
+:math:`L` or :math:`U` would make of the value. It is continuous in the data (it replaces a rule that called a
+standard error below 1e-5 "no spread", under which one edit's sixth decimal could move an interval from
+[0.87, 1] to [0, 1]), and where every edit sits at a bound it is the Clopper-Pearson bound of
+:math:`n_\mathrm{eff}` successes in :math:`n_\mathrm{eff}` trials. Without it the t interval covered macro
+Preservation (values piled near 1, a few edits far below) about 0.8 of the time at 26 edits.
 
-*Every edit's value the same.* When every contributing edit has the same value the bootstrap has no spread
-to show. At a bound of the metric (Specificity 1 in every edit) the interval is the Clopper-Pearson bound
-for :math:`n_\mathrm{eff}` successes in :math:`n_\mathrm{eff}` trials on the declared range, with
-:math:`n_\mathrm{eff}` the effective number of edits; elsewhere it is the point itself, and the entry's
-``interval_note`` says so in both cases.
+The other methods of :data:`METHODS` (percentile, BCa, the equal-tailed, symmetric and widened symmetric
+bootstrap-t, the Bernoulli bound) are measured by the simulation and chosen by no kind: the bootstrap-t
+variants divide by each resample's own standard error, which is 0 in a resample whose edits share one value,
+and BCa counts the resamples below the estimate, so their ends jump with the data. A resample ``k`` draws
+the edits with ``numpy.random.default_rng(seed).integers(0, E, size=(resamples, E))``; every sum over edits is
+an elementwise product and sum (no BLAS product, so that intervals are bitwise reproducible whatever the
+BLAS library or thread count).
 
 *Effective number of edits* (Kish): :math:`n_\mathrm{eff} = (\sum_e b_e)^2 / \sum_e b_e^2`, the number of
-equally weighted edits that would give the estimate the same variance. IFR's weights sit in a few edits
-(9.6 effective of 26 on knowgic-tiny under ROME). Below :data:`FEW_EDITS` effective edits an entry is
-flagged ``few_edits``: the figure rests on few edits, its interval is wide, and the lowest coverages of
-the simulation (docs/metrics.md) are in such figures.
+equally weighted edits that would give the estimate the same variance. Below :data:`FEW_EDITS` effective
+edits an entry is flagged ``few_edits``; below the fewest edits from which the simulation found its kind's
+method covering (:data:`COVERAGE_MET_FROM`, :func:`coverage_unmet`) it says ``coverage_unmet``.
 
-Undefined resamples. A resample that draws none of the edits a metric is defined on has
-:math:`\sum_e c_{k,e} b_e = 0`. It is left out, and the interval is conditional on the metric being
-defined, which is what the reported value is too. When fewer than half of the resamples are defined, or the
-metric rests on a single edit, the interval is ``null`` with the reason.
+A metric resting on a single edit gets a ``null`` interval with the reason (a 0/1 outcome keeps its exact
+interval); so does one defined in fewer than half of the resamples of a bootstrap method.
 """
 
 from __future__ import annotations

@@ -7,11 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from knowgic.cli import main
 from knowgic.errors import KnowgicError
+from knowgic.intervals import OK, BootstrapSettings
 from knowgic.measure.compare import comparability_problem, compare_results
+from knowgic.paired import batch_differences
+from knowgic.spec import benchmark_spec
 
 
 def _run_main(argv: list[str]) -> int:
@@ -159,3 +163,51 @@ def test_compare_names_a_missing_or_empty_run(tmp_path, capsys) -> None:
     assert "holds no results.json" in capsys.readouterr().err
     assert _run_main(["compare", str(tmp_path), str(tmp_path), "--level", "95"]) == 2
     assert "between 0 and 1" in capsys.readouterr().err
+
+
+def _random_sums(
+    parts: tuple[str, ...], shift: np.ndarray, n_edits: int, rng: np.random.Generator
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per-edit sums of ``len(shift)`` random runs: 0/1 outcomes for a 0/1 metric, values in [0, 1] weighted
+    1..5 otherwise, each run's values moved by its ``shift``."""
+    declared = benchmark_spec().metric_paths()
+    samples = shift.shape[0]
+    sums = {}
+    for p in parts:
+        b = rng.integers(1, 6, size=(samples, n_edits)).astype(float)
+        if declared[p].kind == "edit_outcome":
+            sums[p] = ((rng.random((samples, n_edits)) < 0.7 + shift).astype(float), np.ones_like(b))
+        else:
+            sums[p] = (np.clip(rng.beta(2, 2, (samples, n_edits)) + shift, 0, 1) * b, b)
+    return sums
+
+
+@pytest.mark.parametrize(
+    "kind", ["edit_outcome", "edit_mean", "clustered_proportion", "ratio_of_sums", "composite"]
+)
+def test_a_verdict_and_its_interval_never_disagree(kind: str) -> None:
+    """One method gives the p-value and the interval: p < 0.05 exactly when the interval excludes 0, over
+    many random pairs of runs (at 3, 6 and 26 edits; some B identical to A, or A with one edit changed)."""
+    declared = benchmark_spec().metric_paths()
+    path = {
+        "edit_outcome": "efficacy",
+        "edit_mean": "ifr_per_edit",
+        "clustered_proportion": "specificity",
+        "ratio_of_sums": "ifr",
+        "composite": "deep_editing_score",
+    }[kind]
+    parts = declared[path].of or (path,)
+    rng = np.random.default_rng(11)
+    for n_edits in (3, 6, 26):
+        a = _random_sums(parts, np.zeros((400, 1)), n_edits, rng)
+        b = _random_sums(parts, rng.normal(0, 0.15, (400, 1)), n_edits, rng)
+        same = rng.random(400) < 0.2
+        for p in parts:
+            b[p] = (np.where(same[:, None], a[p][0], b[p][0]), np.where(same[:, None], a[p][1], b[p][1]))
+            b[p][0][same, 0] = a[p][0][same, 0] * rng.random(int(same.sum()))
+        result = batch_differences(path, declared, a, b, BootstrapSettings())
+        ok = result.status == OK
+        told = result.p_value < 0.05
+        excludes = (result.low > 0) | (result.high < 0)
+        assert (told == excludes)[ok].all(), (kind, n_edits)
+        assert n_edits < 26 or 0 < told[ok].sum() < ok.sum(), (kind, n_edits)  # both verdicts occur
