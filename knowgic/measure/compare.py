@@ -31,7 +31,7 @@ from knowgic.intervals import (
     OK,
     BootstrapSettings,
 )
-from knowgic.measure.compute import metric_entry_at, metric_sums
+from knowgic.measure.compute import metric_entry_at, metric_sums, metric_values
 from knowgic.measure.records import Records
 from knowgic.measure.registry import EditSums
 from knowgic.paired import (
@@ -119,6 +119,15 @@ class PairedResamples:
     declared: Mapping[str, MetricSpec]
     flips: tuple[np.ndarray, bool] | None = None
     problem: str | None = None  # why the runs' records cannot be compared (an old results schema)
+    values: tuple[Mapping[str, float | None], ...] = ()  # each run's values recomputed from its records
+
+    def value(self, run: int, metric: str) -> float | None:
+        """Run ``run``'s value of ``metric`` as this version of its definition gives it from the run's
+        records (the interval and test are of that value); the stated one where the records cannot be read.
+        The two differ only where a document states another version of the definition."""
+        if self.values:
+            return self.values[run][metric]
+        return _stated(self.documents[run], metric)
 
     def ranked_difference(self, metric: str, a: int, b: int) -> MetricDifference:
         """Run ``b`` minus run ``a`` on the form that ranks ``metric`` (:func:`ranked_path`): what a verdict on
@@ -133,7 +142,7 @@ class PairedResamples:
         spec = self.declared[metric]
         test = PAIRED_TEST_BY_KIND[spec.kind]
         ranker = ranked_path(self.declared, metric)
-        va, vb = _stated(self.documents[a], metric), _stated(self.documents[b], metric)
+        va, vb = self.value(a, metric), self.value(b, metric)
         if va is None or vb is None:
             which = " and ".join(x for x, v in (("A", va), ("B", vb)) if v is None)
             return MetricDifference(
@@ -222,9 +231,10 @@ def paired_resamples(
         return PairedResamples(settings, tuple(documents), (), spec.metric_paths(), None, str(exc))
     order = records[0].edit_ids
     sums = tuple(metric_sums(r.reordered(order), spec) for r in records)
+    values = tuple({p: v.value for p, v in metric_values(s, spec).items()} for s in sums)
     flipping = "sign_flip" in PAIRED_METHOD_BY_KIND.values() and len(order) >= 2
     flips = sign_flips(len(order), settings.seed) if flipping else None
-    return PairedResamples(settings, tuple(documents), sums, spec.metric_paths(), flips)
+    return PairedResamples(settings, tuple(documents), sums, spec.metric_paths(), flips, values=values)
 
 
 def compare_results(
@@ -278,11 +288,9 @@ def compare_with_best(paired: PairedResamples, metric: str, lower_is_better: boo
     Holm's method (see :class:`BestComparison`). ``lower_is_better`` is ``metric``'s direction, which its
     ranked form shares."""
     ranker = ranked_path(paired.declared, metric)
-    values = [_stated(d, ranker) for d in paired.documents]
-    if any(_stated(d, metric) is None for d in paired.documents):
-        values = [
-            None if _stated(d, metric) is None else v for d, v in zip(paired.documents, values, strict=True)
-        ]
+    values = [paired.value(i, ranker) for i in range(len(paired.documents))]
+    if any(paired.value(i, metric) is None for i in range(len(paired.documents))):
+        values = [None if paired.value(i, metric) is None else v for i, v in enumerate(values)]
     defined = [i for i, v in enumerate(values) if v is not None]
     if not defined:
         none = tuple(None for _ in values)
