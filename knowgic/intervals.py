@@ -222,9 +222,11 @@ class BootstrapSettings:
             "draws": "numpy.random.default_rng(seed).integers(0, E, size=(resamples, E)), E = per_edit count",
             "effective_edits": "Kish: (sum_e b_e)^2 / sum_e b_e^2 of the metric's per-edit denominators",
             "few_edits_below": FEW_EDITS,
+            "margin": MARGIN,
+            "margin_kinds": sorted(MARGIN_KINDS),
             "undefined_resamples": (
-                "left out; the interval is null when fewer than half of the resamples are defined or the "
-                "metric rests on one edit"
+                "left out by a bootstrap method; its interval is null when fewer than half of the resamples "
+                "are defined; any interval but an exact one is null when the metric rests on one edit"
             ),
         }
 
