@@ -4,7 +4,7 @@ No document and no spec inside: callers hand in the sums (``knowgic.measure`` co
 records) and the declarations. Paired comparisons of two runs are ``knowgic.paired``.
 
 Why edits are the unit. The chains, broader-context facts and neighbours of one edit are measured on the
-same edited model and share its subject, so they move together; treating the 1,206 active chains of
+same edited model and share its subject, so they move together; treating the 1,185 active chains of
 knowgic-tiny (of 1,406) as independent evidence would give intervals far too narrow. Every method here
 treats the *edits* :math:`e = 1..E` as the independent units and carries every item of an edit along.
 
@@ -13,76 +13,63 @@ Every metric except the composite deep-editing score is a ratio of per-edit sums
 .. math:: \hat\theta = \frac{\sum_e a_e}{\sum_e b_e},
 
 with the edit's *sufficient statistics* :math:`a_e, b_e` (recorded in ``results.json``; each metric's are
-listed in ``knowgic.measure.definitions``).
+listed in ``knowgic.measure.definitions``). Its linearized (cluster-robust) standard error over the
+:math:`m` edits with :math:`b_e > 0` is
 
-How each interval is made (the metric's ``kind`` in ``spec/benchmark.yaml`` chooses; docs/metrics.md has
-the coverage each method measured)::
+.. math:: \widehat{se}^2 = \frac{m}{m-1} \sum_e z_e^2, \qquad z_e = \frac{a_e - \hat\theta b_e}{\sum_{e'} b_{e'}},
 
-    kind                  interval (METHOD_BY_KIND)                       paired test (knowgic.paired)
-    edit_outcome          Clopper-Pearson, exact                           McNemar's exact test
-    edit_mean             Clopper-Pearson on the effective edits           sign-flip permutation test
-    clustered_proportion  Korn-Graubard (CP on p(1-p)/se^2 facts)          sign-flip permutation test
-    ratio_of_sums         symmetric bootstrap-t, Satterthwaite-widened     sign-flip permutation test
-    composite             symmetric bootstrap-t, Satterthwaite-widened     sign-flip permutation test
+and the composite's :math:`z_e` is the chain rule's :math:`\sum_j \partial H / \partial x_j \,(\pm z_{j,e})`.
 
-*Studentized (bootstrap-t) cluster bootstrap.* A resample :math:`k` draws the edits with replacement,
-``numpy.random.default_rng(seed).integers(0, E, size=(resamples, E))``; with :math:`c_{k,e}` the number of
-times edit :math:`e` was drawn, :math:`\theta^*_k = \sum_e c_{k,e} a_e / \sum_e c_{k,e} b_e`. Each estimate
-gets its linearized (cluster-robust) standard error
+How each interval is made: the metric's ``kind`` in ``spec/benchmark.yaml`` chooses (:data:`METHOD_BY_KIND`),
+each method the one the coverage simulation of docs/metrics.md chose (``knowgic.coverage``: the narrowest
+of those continuous in the data that covered 0.93 on every population at 26 edits)::
 
-.. math:: \widehat{se}^2 = \frac{m}{m-1} \sum_e c_e\, z_e^2, \qquad
-          z_e = \frac{a_e - \theta b_e}{\sum_{e'} c_{e'} b_{e'}},
+    kind                  interval                                              margin   paired (knowgic.paired)
+    edit_outcome          Clopper-Pearson, exact                                 yes      McNemar, inverted
+    edit_mean             t on the per-edit values, m - 1 degrees of freedom     yes      paired Satterthwaite t
+    clustered_proportion  Korn-Graubard (Clopper-Pearson on p(1-p)/se^2 facts)   yes      paired Satterthwaite t
+    ratio_of_sums         t, Satterthwaite degrees of freedom                     yes      paired Satterthwaite t
+    composite             t, Satterthwaite degrees of freedom                     no       paired Satterthwaite t
 
-:math:`m` the number of drawn edits with :math:`b_e > 0`; the composite's :math:`z_e` is the chain rule's
-:math:`\sum_j \partial H / \partial \theta_j \, z_{j,e}`. With :math:`t^*_k = (\theta^*_k - \hat\theta) /
-\widehat{se}^*_k` the interval is :math:`[\hat\theta - q_{1-\alpha/2}(t^*)\,\widehat{se},\;
-\hat\theta - q_{\alpha/2}(t^*)\,\widehat{se}]`, clipped to the metric's declared bounds. Unlike the
-percentile interval it widens where a few edits carry most of the weight.
+*t over edits* (``t``, ``satterthwaite_t``): :math:`\hat\theta \pm t_{\nu,1-\alpha/2}\,\widehat{se}`, with
+:math:`\nu = m - 1` or the Satterthwaite degrees of freedom of the variance, a sum of one term per edit
+(:func:`satterthwaite_df`),
 
-*Symmetric studentized bootstrap, widened by the variance's degrees of freedom* (ratios of sums and the
-composite; the method of :data:`METHOD_BY_KIND`). The equal-tailed bootstrap-t above covered 0.90 for IFR
-under ROME at 26 edits, whose weight sits in 9.6 effective edits: a sample that happens to draw few of the
-heavy edits also understates its own spread. The interval
+.. math:: \nu = \frac{(\sum_e z_e^2)^2}{\sum_e z_e^4}\cdot\frac{m-1}{m},
 
-.. math:: \hat\theta \pm q_{1-\alpha}(|t^*|)\,\widehat{se}\,\frac{t_{\nu,\,1-\alpha/2}}{z_{1-\alpha/2}},
-          \qquad \nu = \frac{(\sum_e z_e^2)^2}{\sum_e z_e^4}\cdot\frac{m-1}{m}
-
-takes the symmetric bootstrap-t quantile and widens it by the ratio of Student's to the normal quantile at
-the Satterthwaite degrees of freedom :math:`\nu` of the cluster-robust variance (a sum of one term per
-edit): :math:`m-1` when the edits weigh the same, near the number of heavy edits when a few carry the
-variance. Its coverage is measured by the simulation of docs/metrics.md (at least 0.93 for every ratio
-metric and population at 26 edits).
-
-All resamples of all metrics are elementwise products and sums over a ``(resamples, E)`` array
-(vectorised; no BLAS product, so that the recorded intervals are bitwise reproducible whatever the BLAS
-library or thread count).
+:math:`m - 1` when the edits weigh the same, near the number of heavy edits when a few carry the variance
+(pooled IFR's weight sits in 9.6 effective edits of 26 under every editor on knowgic-tiny).
 
 *Korn-Graubard* for a share of 0/1 facts clustered in edits: Clopper-Pearson on the effective sample size
-:math:`n^* = \hat p(1-\hat p)/\widehat{se}^2 \cdot (z_{\alpha/2}/t_{m-1,\alpha/2})^2`. *Bernoulli bound*
-for one bounded value per edit: Clopper-Pearson on :math:`n_\mathrm{eff}` edits with the mean (scaled to
-[0, 1]) as the share, the widest a bounded value can spread (wide, and safe where values pile at a bound).
+:math:`n^* = \hat p(1-\hat p)/\widehat{se}^2 \cdot (z_{\alpha/2}/t_{m-1,\alpha/2})^2`. *Clopper-Pearson* for
+a 0/1 outcome per edit: :math:`[B(\alpha/2; k, n-k+1),\, B(1-\alpha/2; k+1, n-k)]` (``scipy.stats.beta``),
+never narrower than its nominal level for any true share.
 
-*Clopper-Pearson* for a 0/1 outcome per edit: :math:`[B(\alpha/2; k, n-k+1),\, B(1-\alpha/2; k+1, n-k)]`
-(``scipy.stats.beta``), never narrower than its nominal level for any true share, and never zero-width:
-26 of 26 gives [0.868, 1]. Wilson's interval is shorter but covers as little as 0.855 at 26 edits and
-0.833 at 6 for some true shares (near 1, where benchmark figures such as Efficacy sit).
+*The unseen-edit margin* (:func:`unseen_margin`). However alike the drawn edits are, a share
+:math:`q = 1 - (\alpha/2)^{1/n_\mathrm{eff}}` of edits unlike all of them is missed with probability
+:math:`\alpha/2`. An interval of a kind in :data:`MARGIN_KINDS` reaches at least
+:math:`[\hat\theta - q(\hat\theta - L),\; \hat\theta + q(U - \hat\theta)]`, what such a share at the bound
+:math:`L` or :math:`U` would make of the value. It is continuous in the data (it replaces a rule that called a
+standard error below 1e-5 "no spread", under which one edit's sixth decimal could move an interval from
+[0.87, 1] to [0, 1]), and where every edit sits at a bound it is the Clopper-Pearson bound of
+:math:`n_\mathrm{eff}` successes in :math:`n_\mathrm{eff}` trials. Without it the t interval covered macro
+Preservation (values piled near 1, a few edits far below) about 0.8 of the time at 26 edits.
 
-*Every edit's value the same.* When every contributing edit has the same value the bootstrap has no spread
-to show. At a bound of the metric (Specificity 1 in every edit) the interval is the Clopper-Pearson bound
-for :math:`n_\mathrm{eff}` successes in :math:`n_\mathrm{eff}` trials on the declared range, with
-:math:`n_\mathrm{eff}` the effective number of edits; elsewhere it is the point itself, and the entry's
-``interval_note`` says so in both cases.
+The other methods of :data:`METHODS` (percentile, BCa, the equal-tailed, symmetric and widened symmetric
+bootstrap-t, the Bernoulli bound) are measured by the simulation and chosen by no kind: the bootstrap-t
+variants divide by each resample's own standard error, which is 0 in a resample whose edits share one value,
+and BCa counts the resamples below the estimate, so their ends jump with the data. A resample ``k`` draws
+the edits with ``numpy.random.default_rng(seed).integers(0, E, size=(resamples, E))``; every sum over edits is
+an elementwise product and sum (no BLAS product, so that intervals are bitwise reproducible whatever the
+BLAS library or thread count).
 
 *Effective number of edits* (Kish): :math:`n_\mathrm{eff} = (\sum_e b_e)^2 / \sum_e b_e^2`, the number of
-equally weighted edits that would give the estimate the same variance. IFR's weights sit in a few edits
-(9.6 effective of 26 on knowgic-tiny under ROME). Below :data:`FEW_EDITS` effective edits an entry is
-flagged ``few_edits``: the figure rests on few edits, its interval is wide, and the lowest coverages of
-the simulation (docs/metrics.md) are in such figures.
+equally weighted edits that would give the estimate the same variance. Below :data:`FEW_EDITS` effective
+edits an entry is flagged ``few_edits``; below the fewest edits from which the simulation found its kind's
+method covering (:data:`COVERAGE_MET_FROM`, :func:`coverage_unmet`) it says ``coverage_unmet``.
 
-Undefined resamples. A resample that draws none of the edits a metric is defined on has
-:math:`\sum_e c_{k,e} b_e = 0`. It is left out, and the interval is conditional on the metric being
-defined, which is what the reported value is too. When fewer than half of the resamples are defined, or the
-metric rests on a single edit, the interval is ``null`` with the reason.
+A metric resting on a single edit gets a ``null`` interval with the reason (a 0/1 outcome keeps its exact
+interval); so does one defined in fewer than half of the resamples of a bootstrap method.
 """
 
 from __future__ import annotations
@@ -105,19 +92,22 @@ MIN_DEFINED_SHARE = 0.5
 """An interval needs the metric to be defined on at least this share of the resamples."""
 FEW_EDITS = 10.0
 """Below this effective number of edits a metric is flagged ``few_edits``."""
-PERMUTATIONS = 10000
-"""Random sign flips of the permutation test beyond :data:`EXACT_FLIPS_UP_TO` edits."""
-EXACT_FLIPS_UP_TO = 12
-"""Up to this many edits the permutation test enumerates all 2^E swaps (exact p-value)."""
 
 METHODS = {
     "exact": "Clopper-Pearson exact binomial interval over edits",
-    "studentized": "studentized cluster bootstrap over edits (bootstrap-t, linearized standard error)",
+    "t": "cluster-robust t over edits (linearized standard error, m/(m-1) correction, m-1 degrees of freedom)",
+    "satterthwaite_t": (
+        "cluster-robust t over edits (linearized standard error, m/(m-1) correction), degrees of freedom "
+        "the Satterthwaite degrees of freedom of the cluster-robust variance"
+    ),
+    "studentized": "equal-tailed studentized cluster bootstrap over edits (bootstrap-t, linearized standard error)",
+    "studentized_symmetric": (
+        "symmetric studentized cluster bootstrap over edits (bootstrap-t on |t*|, linearized standard error)"
+    ),
     "studentized_satterthwaite": (
         "symmetric studentized cluster bootstrap over edits (bootstrap-t, linearized standard error), "
         "widened by t(df)/z, df the Satterthwaite degrees of freedom of the cluster-robust variance"
     ),
-    "t": "cluster-robust t over edits (linearized standard error, m/(m-1) correction, m-1 degrees of freedom)",
     "percentile": "percentile cluster bootstrap over edits",
     "bca": "BCa cluster bootstrap over edits (acceleration from the jackknife over edits)",
     "bernoulli_bound": (
@@ -130,18 +120,60 @@ METHODS = {
     ),
 }
 """Every interval method this module implements (the simulation of docs/metrics.md measures them all)."""
-BOOTSTRAP_METHODS = frozenset({"studentized", "studentized_satterthwaite", "percentile", "bca"})
+BOOTSTRAP_METHODS = frozenset(
+    {"studentized", "studentized_symmetric", "studentized_satterthwaite", "percentile", "bca"}
+)
 """The methods of :data:`METHODS` that resample edits (a caption states their resamples and seed)."""
-BOUNDARY_METHOD = "Clopper-Pearson bound on the effective number of edits (every edit at the bound)"
-CONSTANT_METHOD = "none: every edit has the same value"
 METHOD_BY_KIND = {
     "edit_outcome": "exact",
-    "edit_mean": "bernoulli_bound",
+    "edit_mean": "t",
     "clustered_proportion": "effective_binomial",
-    "ratio_of_sums": "studentized_satterthwaite",
-    "composite": "studentized_satterthwaite",
+    "ratio_of_sums": "satterthwaite_t",
+    "composite": "satterthwaite_t",
 }
-"""The interval method of each metric kind: the best-covering one in the simulation of docs/metrics.md."""
+"""The interval method of each metric kind: among the methods whose coverage reached
+:data:`COVERAGE_TARGET` on every population of the simulation at 26 edits, the one with the narrowest mean
+width (docs/metrics.md; ``python -m knowgic.coverage choose``)."""
+MARGIN = (
+    "unseen-edit margin: each end reaches at least as far as a share q = 1 - (alpha/2)^(1/n_eff) of edits at "
+    "the far bound, which n_eff edits miss with probability alpha/2, would move the value"
+)
+"""What every interval of a bounded metric holds besides its method's interval (:func:`unseen_margin`)."""
+COVERAGE_TARGET = 0.93
+"""The coverage every kind's method must reach on every population of the simulation."""
+CONTINUOUS_METHODS = frozenset(
+    {"exact", "t", "satterthwaite_t", "percentile", "bernoulli_bound", "effective_binomial"}
+)
+"""The methods whose ends move continuously with the data, the only ones a kind may get. The bootstrap-t
+variants divide by each resample's own standard error, which is 0 in a resample whose edits all have one
+value, so that a change in the sixth decimal of one edit can take their interval from [0.87, 1] to
+[0, 1]; BCa's bias correction counts the resamples below the estimate, which jumps."""
+MARGIN_KINDS = frozenset({"edit_outcome", "edit_mean", "clustered_proportion", "ratio_of_sums"})
+"""The kinds whose intervals hold the unseen-edit margin (:data:`MARGIN`): those whose methods reached the
+coverage target only with it (the composite's did without; docs/metrics.md)."""
+COVERAGE_MET_FROM = {
+    "edit_outcome": 6,
+    "edit_mean": 6,
+    "clustered_proportion": 6,
+    "ratio_of_sums": 6,
+    "composite": 20,
+}
+"""Per kind, the fewest edits from which the simulation found its method's coverage at least
+:data:`COVERAGE_TARGET` on every population and bounded metric, at every size it ran (6, 8, 10, 13, 16, 20
+and 26 edits; docs/metrics.md): below, a metric entry says ``coverage_unmet``. Six is the fewest the
+simulation ran; the composite, which holds no margin, covers 0.906 at 16 edits and 0.616 at 6 (the
+population with 12% catastrophic edits)."""
+UNBOUNDED_MET_FROM: int | None = None
+"""The same for a metric unbounded on a side (IFR uncapped): no method reached the target at any size (0.880
+at 26 edits, on the builder's growth population under MEMIT: a heavy right tail that few samples of 26
+edits show), so every such entry says ``coverage_unmet``."""
+
+
+def coverage_unmet(spec: MetricSpec, edits: int) -> bool:
+    """Whether a metric resting on ``edits`` edits is below the fewest at which its kind's method reached
+    the coverage target in the simulation (:data:`COVERAGE_MET_FROM`, :data:`UNBOUNDED_MET_FROM`)."""
+    met_from = UNBOUNDED_MET_FROM if None in spec.bounds else COVERAGE_MET_FROM[spec.kind]
+    return met_from is None or edits < met_from
 
 
 def methods_for(
@@ -190,9 +222,11 @@ class BootstrapSettings:
             "draws": "numpy.random.default_rng(seed).integers(0, E, size=(resamples, E)), E = per_edit count",
             "effective_edits": "Kish: (sum_e b_e)^2 / sum_e b_e^2 of the metric's per-edit denominators",
             "few_edits_below": FEW_EDITS,
+            "margin": MARGIN,
+            "margin_kinds": sorted(MARGIN_KINDS),
             "undefined_resamples": (
-                "left out; the interval is null when fewer than half of the resamples are defined or the "
-                "metric rests on one edit"
+                "left out by a bootstrap method; its interval is null when fewer than half of the resamples "
+                "are defined; any interval but an exact one is null when the metric rests on one edit"
             ),
         }
 
@@ -255,24 +289,9 @@ def resample_counts(n_edits: int, resamples: int, seed: int) -> np.ndarray:
 
 _TINY = 1e-12
 _BIG = 1e12
-ROUNDING = 1e-5
-"""Spread that is the scorer's rounding, not a difference between edits: probabilities come from float32
-forward passes, and the same prompt scored in another batch moves by about 1e-6 relative (the unedited
-model's IFR on gemma3-270m is 0.9999997, one edit at 0.999998). A standard error or a paired difference
-below this is treated as none (:func:`no_spread`), so that such noise neither gets the whole range from a
-studentized interval (every resample without the odd edit has no spread) nor a test of its own. Absolute,
-not relative to the value: a spread this small is far below any figure a table shows, and a relative rule
-would hand a near-zero value's rounding to the studentized interval, whose end then scales with it (LoRA's
-uncapped IFR of 1.4e-6 on 2 edits got an upper end of 3e6 that moved with the last digits of the scores)."""
 
-
-def no_spread(se: np.ndarray) -> np.ndarray:
-    """Where a standard error (or a paired difference) is the scorer's rounding (:data:`ROUNDING`), or 0."""
-    return ~(se > ROUNDING)
-
-
-# Interval status codes of the batched core (the wrappers turn them into reasons, methods and notes).
-OK, UNDEFINED, ONE_EDIT, FEW_RESAMPLES, BOUNDARY, CONSTANT, FROM_PARTS = range(7)
+# Interval status codes of the batched core (the wrappers turn them into reasons).
+OK, UNDEFINED, ONE_EDIT, FEW_RESAMPLES = range(4)
 
 
 def wsum(weights: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -352,28 +371,43 @@ def _row_quantiles(x: np.ndarray, probs: np.ndarray) -> np.ndarray:
     return low_v + (high_v - low_v) * frac
 
 
-def _satterthwaite_df(lin: Linear) -> np.ndarray:
+def satterthwaite_df(lin: Linear) -> np.ndarray:
     r"""Degrees of freedom of each sample's cluster-robust variance :math:`\sum_e z_e^2`, a sum of one term
     per edit (Satterthwaite): :math:`\nu = \frac{(\sum_e z_e^2)^2}{\sum_e z_e^4} \cdot \frac{m-1}{m}`, at
     least 1. It is :math:`m - 1` when every edit weighs the same, and near the number of heavy edits
-    when a few edits carry the variance."""
+    when a few edits carry the variance; a continuous function of the data (1 where no edit has any)."""
     z2 = lin.z[:, 0, :] ** 2
     with np.errstate(invalid="ignore", divide="ignore"):
         nu = z2.sum(axis=1) ** 2 / (z2 * z2).sum(axis=1) * (lin.m[:, 0] - 1.0) / lin.m[:, 0]
     return np.maximum(np.where(np.isfinite(nu), nu, 1.0), 1.0)
 
 
-def bootstrap_bounds(
+def studentized_draws(lin: Linear) -> np.ndarray:
+    r""":math:`t^*_k = (\theta^*_k - \hat\theta) / \widehat{se}^*_k` of every resample, ``(S, K)``; NaN where the
+    metric is undefined in the resample, :math:`\pm 10^{12}` where a resample has no spread of its own (every
+    edit it drew has the same value) but another value than the sample."""
+    theta0, thetas = lin.theta[:, 0], lin.theta[:, 1:]
+    se = robust_se(lin)
+    diff = thetas - theta0[:, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = diff / se[:, 1:]
+    flat = ~(se[:, 1:] > _TINY)
+    t = np.where(flat, np.where(np.abs(diff) <= _TINY, 0.0, np.sign(diff) * _BIG), t)
+    return np.where(np.isnan(thetas), np.nan, t)
+
+
+def method_bounds(
     method: str, lin: Linear, level: float, bounds: tuple[float | None, float | None] = (None, None)
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``method``'s interval for each sample (before clipping to the bounds)."""
+    """``method``'s interval for each sample, before the margin and the bounds (``bernoulli_bound``, which needs
+    the effective number of edits, is computed by :func:`batch_intervals`)."""
     alpha = 1.0 - level
-    theta0, thetas = lin.theta[:, 0], lin.theta[:, 1:]
-    s = thetas.shape[0]
+    theta0 = lin.theta[:, 0]
+    s = theta0.shape[0]
     if method == "effective_binomial":
         lo_b, hi_b = bounds
         if lo_b is None or hi_b is None:
-            method = "studentized"  # no binomial scale for an unbounded metric
+            method = "t"  # no binomial scale for an unbounded metric
         else:
             span = hi_b - lo_b
             p = (theta0 - lo_b) / span
@@ -389,27 +423,26 @@ def bootstrap_bounds(
             n_star = np.where(np.isfinite(n_star), n_star, _BIG)
             low, high = clopper_pearson(p * n_star, n_star, level)
             return lo_b + span * low, lo_b + span * high
+    if method in ("t", "satterthwaite_t"):
+        se0 = robust_se(lin)[:, 0]
+        df = np.maximum(lin.m[:, 0] - 1.0, 1.0) if method == "t" else satterthwaite_df(lin)
+        half = sps.t.ppf(1.0 - alpha / 2, df) * se0
+        return theta0 - half, theta0 + half
+    if lin.theta.shape[1] < 2:
+        raise KnowgicError(f"internal error: interval method {method!r} needs resamples")
+    thetas = lin.theta[:, 1:]
     if method == "percentile":
         q = _row_quantiles(thetas, np.tile([alpha / 2, 1 - alpha / 2], (s, 1)))
         return q[:, 0], q[:, 1]
-    se = robust_se(lin)
-    if method == "t":
-        df = np.maximum(lin.m[:, 0] - 1.0, 1.0)
-        half = sps.t.ppf(1.0 - alpha / 2, df) * se[:, 0]
-        return theta0 - half, theta0 + half
-    if method in ("studentized", "studentized_satterthwaite"):
-        diff = thetas - theta0[:, None]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            t = diff / se[:, 1:]
-        # A resample whose drawn edits all share one value has no spread of its own: t is +-infinite.
-        flat = ~(se[:, 1:] > _TINY)
-        t = np.where(flat, np.where(np.abs(diff) <= _TINY, 0.0, np.sign(diff) * _BIG), t)
-        t = np.where(np.isnan(thetas), np.nan, t)
+    if method in ("studentized", "studentized_symmetric", "studentized_satterthwaite"):
+        se0 = robust_se(lin)[:, 0]
+        t = studentized_draws(lin)
         if method == "studentized":
             q = _row_quantiles(t, np.tile([alpha / 2, 1 - alpha / 2], (s, 1)))
-            return theta0 - q[:, 1] * se[:, 0], theta0 - q[:, 0] * se[:, 0]
-        widen = sps.t.ppf(1 - alpha / 2, _satterthwaite_df(lin)) / sps.norm.ppf(1 - alpha / 2)
-        half = _row_quantiles(np.abs(t), np.full((s, 1), level))[:, 0] * se[:, 0] * widen
+            return theta0 - q[:, 1] * se0, theta0 - q[:, 0] * se0
+        half = _row_quantiles(np.abs(t), np.full((s, 1), level))[:, 0] * se0
+        if method == "studentized_satterthwaite":
+            half = half * sps.t.ppf(1 - alpha / 2, satterthwaite_df(lin)) / sps.norm.ppf(1 - alpha / 2)
         return theta0 - half, theta0 + half
     if method == "bca":
         defined = (~np.isnan(thetas)).sum(axis=1)
@@ -438,9 +471,41 @@ def clopper_pearson(k: np.ndarray, n: np.ndarray, level: float) -> tuple[np.ndar
     return low, high
 
 
+def unseen_share(effective: np.ndarray, level: float) -> np.ndarray:
+    r""":math:`q = 1 - (\alpha/2)^{1/n_\mathrm{eff}}`: the largest share of edits that :math:`n_\mathrm{eff}`
+    edits miss with probability at least :math:`\alpha/2` (1 below one effective edit)."""
+    effective = np.asarray(effective, dtype=float)
+    with np.errstate(divide="ignore"):
+        return np.where(
+            effective >= 1.0, 1.0 - ((1.0 - level) / 2) ** (1.0 / np.maximum(effective, 1.0)), 1.0
+        )
+
+
+def unseen_margin(
+    value: np.ndarray, share: np.ndarray, bounds: tuple[float | None, float | None]
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""The unseen-edit margin of a value: :math:`[\hat\theta - q(\hat\theta - L),\; \hat\theta + q(U - \hat\theta)]`,
+    what a share ``q`` (:func:`unseen_share`) of edits at the bound :math:`L` (or :math:`U`) would make of
+    :math:`\hat\theta`; an unbounded side has no margin. Continuous in the value, and at a bound the
+    Clopper-Pearson bound of :math:`n_\mathrm{eff}` successes in :math:`n_\mathrm{eff}` trials."""
+    lo_b, hi_b = bounds
+    low = value if lo_b is None else value - share * (value - lo_b)
+    high = value if hi_b is None else value + share * (hi_b - value)
+    return low, high
+
+
+def clip_to(x: np.ndarray, bounds: tuple[float | None, float | None]) -> np.ndarray:
+    """``x`` within the bounds (``None``: unbounded on that side)."""
+    low, high = bounds
+    return np.clip(x, -np.inf if low is None else low, np.inf if high is None else high)
+
+
 @dataclass
 class BatchIntervals:
-    """One metric's value and interval in each of S samples, with codes for what happened."""
+    """One metric's value and interval in each of S samples, with codes for what happened.
+
+    ``flat``: the sample has no spread between its edits (every edit the same value), so that its
+    interval is the margin alone; ``raw_low``, ``raw_high``: the method's interval without the margin."""
 
     value: np.ndarray
     low: np.ndarray
@@ -448,13 +513,11 @@ class BatchIntervals:
     status: np.ndarray  # OK, UNDEFINED, ...
     edits: np.ndarray
     effective: np.ndarray
-    defined: np.ndarray  # resamples where the metric is defined
+    defined: np.ndarray  # resamples where the metric is defined (all of them for a method without)
     method: str
-
-
-def _clip(x: np.ndarray, bounds: tuple[float | None, float | None]) -> np.ndarray:
-    low, high = bounds
-    return np.clip(x, -np.inf if low is None else low, np.inf if high is None else high)
+    flat: np.ndarray
+    raw_low: np.ndarray  # the method's own interval, without the margin (the simulation measures both)
+    raw_high: np.ndarray
 
 
 def batch_intervals(
@@ -462,6 +525,7 @@ def batch_intervals(
     settings: BootstrapSettings,
     declared: Mapping[str, MetricSpec],
     methods: Mapping[str, str] | None = None,
+    margins: frozenset[str] | None = None,
 ) -> dict[str, BatchIntervals]:
     """Every metric's interval in each of S samples of E edits at once (a results document is one sample;
     the coverage simulation passes thousands).
@@ -469,12 +533,16 @@ def batch_intervals(
     ``sums[path] = (a, b)``, both of shape ``(S, E)``: the per-edit sums of each ratio metric; composites are
     computed from their parts. ``declared``: the metric paths to compute with their declarations (a
     composite's parts included, before it); ``methods`` maps a kind to a method of :data:`METHODS`
-    (default :data:`METHOD_BY_KIND`).
+    (default :data:`METHOD_BY_KIND`); ``margins``: the kinds whose intervals hold the unseen-edit margin
+    (default :data:`MARGIN_KINDS`; each batch also carries the method's interval without it).
     """
     methods = {**METHOD_BY_KIND, **(methods or {})}
     some = next(iter(sums.values()))[0]
     n_edits = some.shape[1]
-    weights = np.vstack([np.ones((1, n_edits)), resample_counts(n_edits, settings.resamples, settings.seed)])
+    resampling = any(methods[spec.kind] in BOOTSTRAP_METHODS for spec in declared.values())
+    weights = np.ones((1, n_edits))
+    if resampling:
+        weights = np.vstack([weights, resample_counts(n_edits, settings.resamples, settings.seed)])
     linear: dict[str, Linear] = {}
     out: dict[str, BatchIntervals] = {}
     for path, spec in declared.items():
@@ -491,97 +559,100 @@ def batch_intervals(
             edits = (b > 0).sum(axis=1)
             effective = np.apply_along_axis(effective_edits, 1, b)
         linear[path] = lin
-        counts = None if spec.kind == "composite" else sums[path]
         out[path] = _intervals_of(
-            lin, spec, methods[spec.kind], settings.level, edits, effective, counts, out, declared
+            path,
+            lin,
+            spec,
+            methods[spec.kind],
+            settings.level,
+            edits,
+            effective,
+            sums,
+            declared,
+            spec.kind in (MARGIN_KINDS if margins is None else margins),
         )
     return out
 
 
 def _intervals_of(
+    path: str,
     lin: Linear,
     spec: MetricSpec,
     method: str,
     level: float,
     edits: np.ndarray,
     effective: np.ndarray,
-    counts: tuple[np.ndarray, np.ndarray] | None,
-    done: Mapping[str, BatchIntervals],
+    sums: Mapping[str, tuple[np.ndarray, np.ndarray]],
     declared: Mapping[str, MetricSpec],
+    margin: bool,
 ) -> BatchIntervals:
     value = lin.theta[:, 0]
-    defined = (~np.isnan(lin.theta[:, 1:])).sum(axis=1)
-    status = np.full(value.shape, OK)
+    bootstrap = method in BOOTSTRAP_METHODS
+    defined = (~np.isnan(lin.theta[:, 1:])).sum(axis=1) if bootstrap else np.zeros(value.shape, dtype=int)
     if method == "exact":
-        if counts is None:
+        if spec.kind == "composite":
             raise KnowgicError(f"metric {spec.name}: an exact interval needs a 0/1 outcome per edit")
-        a, b = counts
-        k, n = a.sum(axis=1), b.sum(axis=1)
-        low, high = clopper_pearson(np.rint(k), np.rint(n), level)
-        status = np.where(n > 0, OK, UNDEFINED)
-        return BatchIntervals(value, low, high, status, edits, effective, defined, METHODS["exact"])
-    if method == "bernoulli_bound" and spec.bounds[0] is not None and spec.bounds[1] is not None:
-        span = spec.bounds[1] - spec.bounds[0]
-        share = (value - spec.bounds[0]) / span
-        cp_low, cp_high = clopper_pearson(share * effective, effective, level)
-        low, high = spec.bounds[0] + span * cp_low, spec.bounds[0] + span * cp_high
+        a, b = sums[path]
+        low, high = clopper_pearson(np.rint(a.sum(axis=1)), np.rint(b.sum(axis=1)), level)
+    elif method == "bernoulli_bound" and None not in spec.bounds:
+        lo_b, hi_b = spec.bounds
+        span = hi_b - lo_b  # type: ignore[operator]
+        cp_low, cp_high = clopper_pearson((value - lo_b) / span * effective, effective, level)  # type: ignore[operator]
+        low, high = lo_b + span * cp_low, lo_b + span * cp_high  # type: ignore[operator]
     else:
-        method = "studentized" if method == "bernoulli_bound" else method
-        low, high = bootstrap_bounds(method, lin, level, spec.bounds)
-    se0 = robust_se(lin)[:, 0]
-    constant = no_spread(se0)
-    lo_b, hi_b = spec.bounds
-    # At a bound up to the scorer's rounding.
-    at_low = (lo_b is not None) & np.isclose(value, lo_b if lo_b is not None else 0.0, rtol=0, atol=ROUNDING)
-    at_high = (hi_b is not None) & np.isclose(value, hi_b if hi_b is not None else 0.0, rtol=0, atol=ROUNDING)
-    if spec.kind == "composite":
-        # No spread in the resamples (a part is 0 in every edit): the composite of its parts' intervals.
-        parts = [done[p] for p in spec.of]
-        xs_low = np.stack(
-            [
-                1.0 - np.minimum(1.0, p.high) if declared[n].lower_is_better else p.low
-                for p, n in zip(parts, spec.of, strict=True)
-            ]
-        )
-        xs_high = np.stack(
-            [
-                1.0 - np.minimum(1.0, p.low) if declared[n].lower_is_better else p.high
-                for p, n in zip(parts, spec.of, strict=True)
-            ]
-        )
-        low = np.where(constant, harmonic(xs_low), low)
-        high = np.where(constant, harmonic(xs_high), high)
-        status = np.where(constant, FROM_PARTS, status)
-    elif lo_b is not None and hi_b is not None:
-        span = hi_b - lo_b
-        cp_low, cp_high = clopper_pearson(effective, effective, level)
-        boundary_high = constant & at_high
-        boundary_low = constant & at_low
-        low = np.where(boundary_high, lo_b + span * cp_low, low)
-        high = np.where(boundary_high, hi_b, high)
-        low = np.where(boundary_low, lo_b, low)
-        high = np.where(boundary_low, lo_b + span * (1.0 - cp_low), high)
-        status = np.where(boundary_high | boundary_low, BOUNDARY, np.where(constant, CONSTANT, status))
-        del cp_high
-    else:
-        status = np.where(constant, CONSTANT, status)
-    low = np.where(status == CONSTANT, value, low)
-    high = np.where(status == CONSTANT, value, high)
+        low, high = method_bounds("t" if method == "bernoulli_bound" else method, lin, level, spec.bounds)
+    flat = ~(robust_se(lin)[:, 0] > 0.0)
+    raw_low, raw_high = clip_to(low, spec.bounds), clip_to(high, spec.bounds)
+    if margin:
+        share = unseen_share(effective, level)
+        if spec.kind == "composite":
+            m_low, m_high = _composite_margin(lin, spec, share, sums, declared)
+        else:
+            m_low, m_high = unseen_margin(value, share, spec.bounds)
+        low = np.fmin(low, m_low)
+        high = np.fmax(high, m_high)
+    status = np.full(value.shape, OK)
     status = np.where(np.isnan(value), UNDEFINED, status)
-    status = np.where((status != UNDEFINED) & (edits < 2), ONE_EDIT, status)
-    status = np.where(
-        (status == OK) & (defined < MIN_DEFINED_SHARE * (lin.theta.shape[1] - 1)), FEW_RESAMPLES, status
-    )
+    if method != "exact":  # an exact binomial interval holds for one edit too
+        status = np.where((status != UNDEFINED) & (edits < 2), ONE_EDIT, status)
+    if bootstrap:
+        too_few = defined < MIN_DEFINED_SHARE * (lin.theta.shape[1] - 1)
+        status = np.where((status == OK) & too_few, FEW_RESAMPLES, status)
     return BatchIntervals(
         value,
-        _clip(low, spec.bounds),
-        _clip(high, spec.bounds),
+        clip_to(low, spec.bounds),
+        clip_to(high, spec.bounds),
         status,
         edits,
         effective,
         defined,
         METHODS[method],
+        flat,
+        raw_low,
+        raw_high,
     )
+
+
+def _composite_margin(
+    lin: Linear,
+    spec: MetricSpec,
+    share: np.ndarray,
+    sums: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    declared: Mapping[str, MetricSpec],
+) -> tuple[np.ndarray, np.ndarray]:
+    """The composite's margin: the harmonic mean of its parts' margin ends (each part on its 1 - x scale for a
+    lower-is-better part), every part moved by the composite's share ``q``."""
+    lows, highs = [], []
+    for p in spec.of:
+        a, b = sums[p]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            theta = a.sum(axis=1) / b.sum(axis=1)
+        lo, hi = unseen_margin(theta, share, declared[p].bounds)
+        if declared[p].lower_is_better:
+            lo, hi = 1.0 - np.minimum(1.0, hi), 1.0 - np.minimum(1.0, lo)
+        lows.append(lo)
+        highs.append(hi)
+    return harmonic(np.stack(lows)), harmonic(np.stack(highs))
 
 
 def interval_at(batch: BatchIntervals, i: int, resamples: int) -> Interval:
@@ -599,31 +670,31 @@ def interval_at(batch: BatchIntervals, i: int, resamples: int) -> Interval:
     if status == FEW_RESAMPLES:
         reason = f"the metric is defined in only {defined} of {resamples} resamples of the edits"
         return Interval(None, None, defined, reason, **common)
-    low, high = float(batch.low[i]), float(batch.high[i])
-    method, note = batch.method, None
-    if status == BOUNDARY:
-        method = BOUNDARY_METHOD
+    note = None
+    if bool(batch.flat[i]):
         note = (
-            f"every edit's value is {value:.4g}, a bound of the metric: the interval is the Clopper-Pearson "
-            f"bound for {effective:.1f} effective edits"
+            f"every edit's value is {value:.4g}: no spread between edits, so the interval is the unseen-edit "
+            f"margin for {effective:.1f} effective edits"
         )
-    elif status == CONSTANT:
-        method = CONSTANT_METHOD
-        note = f"every edit's value is {value:.4g}: no spread between edits, so the interval is the point"
-    elif status == FROM_PARTS:
-        note = "no spread in the resampled edits: the harmonic mean of its parts' interval ends"
-    return Interval(low, high, defined, None, method, note, **common)
+    return Interval(float(batch.low[i]), float(batch.high[i]), defined, None, batch.method, note, **common)
 
 
 def ratio_interval(
-    ratio: Ratio, settings: BootstrapSettings | None = None, kind: str = "ratio_of_sums"
+    ratio: Ratio,
+    settings: BootstrapSettings | None = None,
+    kind: str = "ratio_of_sums",
+    bounds: tuple[float | None, float | None] = (0.0, 1.0),
 ) -> Interval:
-    r"""The interval of one metric :math:`\sum_e a_e / \sum_e b_e` of the given ``kind`` from its per-edit
-    sums, for metrics computed outside a results file."""
+    r"""The interval of one metric :math:`\sum_e a_e / \sum_e b_e` of the given ``kind`` and ``bounds`` (the
+    values it can take; default [0, 1], ``None`` for an unbounded side) from its per-edit sums, for metrics
+    computed outside a results file: the method of the kind (:data:`METHOD_BY_KIND`) with the unseen-edit
+    margin, within the bounds."""
     settings = settings or BootstrapSettings()
     if ratio.numerator.shape[0] < 2 and kind != "edit_outcome":
         return Interval(None, None, 0, "an interval over edits needs at least two")
-    spec = MetricSpec(name="metric", label="metric", direction="higher", version=1, description="", kind=kind)
+    spec = MetricSpec(
+        name="metric", label="metric", direction="higher", version=1, description="", kind=kind, bounds=bounds
+    )
     batch = batch_intervals(
         {"metric": (ratio.numerator[None, :], ratio.denominator[None, :])},
         settings,
@@ -632,16 +703,18 @@ def ratio_interval(
     return interval_at(batch["metric"], 0, settings.resamples)
 
 
-def interval_fields(interval: Interval) -> dict[str, Any]:
+def interval_fields(interval: Interval, spec: MetricSpec | None = None) -> dict[str, Any]:
     """A metric entry's interval fields: ``interval`` (or null with ``interval_reason``), ``interval_method``
-    (``interval_note``, ``interval_resamples`` where they apply), ``edits``, ``effective_edits``, ``few_edits``."""
+    (``interval_note``, ``interval_resamples`` where they apply), ``edits``, ``effective_edits``,
+    ``few_edits`` and, given the metric's declaration and an interval, ``coverage_unmet``
+    (:func:`coverage_unmet`)."""
     fields: dict[str, Any] = {}
     if interval.reason is None:
         fields["interval"] = [interval.low, interval.high]
         fields["interval_method"] = interval.method
         if interval.note:
             fields["interval_note"] = interval.note
-        if interval.method not in (METHODS["exact"], BOUNDARY_METHOD, CONSTANT_METHOD, METHODS["t"]):
+        if interval.method in {METHODS[m] for m in BOOTSTRAP_METHODS}:
             fields["interval_resamples"] = interval.resamples_defined
     else:
         fields["interval"] = None
@@ -649,4 +722,6 @@ def interval_fields(interval: Interval) -> dict[str, Any]:
     fields["edits"] = interval.edits
     fields["effective_edits"] = round(interval.effective_edits, 4)
     fields["few_edits"] = interval.few_edits
+    if spec is not None and interval.reason is None:
+        fields["coverage_unmet"] = coverage_unmet(spec, interval.edits)
     return fields

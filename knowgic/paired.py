@@ -1,37 +1,69 @@
 r"""Paired comparison of two runs on one metric, edit by edit, on arrays of per-edit sums and the metric's
 declaration (no document and no spec inside; ``knowgic.measure.compare`` aligns runs and calls it).
 
-For a 0/1 outcome per edit the test
-is McNemar's exact test (a binomial test of the edits where the runs disagree) with Newcombe's hybrid-score
-interval for the paired difference. For the other kinds the test is a sign-flip permutation test: under the
-null that the two runs are exchangeable on every edit, swapping A and B on any set of edits gives a
-difference as likely as the observed one; all :math:`2^E` swaps up to :data:`EXACT_FLIPS_UP_TO` edits,
-:data:`PERMUTATIONS` random ones beyond. The interval of the difference is the studentized bootstrap of
-:math:`\theta^{B*}_k - \theta^{A*}_k` over the same resampled edits. A difference counts as told apart when
-the test's p-value is below :math:`\alpha` (Holm-adjusted, :func:`holm`, where a table makes several comparisons).
+The question a comparison answers is whether the two runs' values differ, :math:`\Delta = \theta_B -
+\theta_A \ne 0`, over the edits both ran: a test of the mean difference, not of whether the runs are
+interchangeable edit by edit (two runs with the same value and different per-edit patterns must not be
+told apart more often than the test's level). Each kind has one method (:data:`PAIRED_METHOD_BY_KIND`),
+and the p-value and the interval printed beside it come from that one method, so that the verdict
+("told apart": :math:`p < \alpha`) and the interval (it excludes 0) never disagree::
+
+    kind                   method                  statistic and reference     interval (inverts the test)
+    edit_outcome           mcnemar                 discordant edits, binomial  conditional Clopper-Pearson
+    edit_mean, ratios,     satterthwaite_t         Delta / se, Student's t,    Delta +- t(nu) se
+    shares, composite                              nu Satterthwaite's
+
+*Paired t over edits* (``t``, ``satterthwaite_t``). Each run's estimate is linearized edit by edit
+(``knowgic.intervals.ratio_linear``; a composite by the chain rule), so that the difference has the
+per-edit influence :math:`d_e = z_{B,e} - z_{A,e}` and the cluster-robust standard error
+:math:`\widehat{se} = \sqrt{m/(m-1) \sum_e d_e^2}`. With :math:`T = \hat\Delta / \widehat{se}`,
+
+.. math:: p = 2\,(1 - F_\nu(|T|)), \qquad \hat\Delta \pm t_{\nu,\,1-\alpha/2}\,\widehat{se},
+
+with :math:`\nu = m - 1` (``t``) or the Satterthwaite degrees of freedom of :math:`\sum_e d_e^2`
+(``satterthwaite_t``, :func:`knowgic.intervals.satterthwaite_df`): near the number of edits that carry the
+difference, so that a difference resting on a few edits is not read as if every edit showed it. For one
+value per edit (an ``edit_mean``) it is the paired t-test on the per-edit differences.
+
+*McNemar's exact test* for a 0/1 outcome per edit: of the :math:`N` edits where the runs disagree,
+:math:`n_{01}` favour B; :math:`p = \min(1, 2 F_{\mathrm{Bin}(N, 1/2)}(\min(n_{01}, n_{10})))`. Its interval
+is the test inverted (:func:`mcnemar_interval`): :math:`\Delta = D(2\pi - 1)` over Clopper-Pearson's
+intervals for the share :math:`\pi` of discordant edits that favour B and the share :math:`D` of
+discordant edits; it excludes 0 exactly when :math:`p < \alpha`.
+
+*Symmetric paired bootstrap-t* (``studentized_symmetric``): the reference is the resampled :math:`|t^*|`
+(the runs resampled on the same edits); the critical value is the :math:`\lceil \alpha K \rceil`-th largest
+of the :math:`K` draws and :math:`p` the share of draws at least :math:`|T|`, so that again :math:`p <
+\alpha` exactly when the interval excludes 0. *Sign-flip permutation test* (``sign_flip``): the test of
+interchangeability the comparison used before, with a bootstrap-t interval that does not invert it; kept so
+that the simulation of docs/metrics.md can show why it was replaced.
+
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats as sps
 
+from knowgic.errors import KnowgicError
 from knowgic.intervals import (
     OK,
     ONE_EDIT,
     UNDEFINED,
     BootstrapSettings,
     Linear,
-    bootstrap_bounds,
+    clopper_pearson,
     composite_linear,
     harmonic,
-    no_spread,
+    method_bounds,
     ratio_linear,
     resample_counts,
     robust_se,
+    satterthwaite_df,
+    studentized_draws,
     wsum,
 )
 from knowgic.spec import MetricSpec
@@ -40,23 +72,28 @@ PERMUTATIONS = 10000
 """Random sign flips of the permutation test beyond :data:`EXACT_FLIPS_UP_TO` edits."""
 EXACT_FLIPS_UP_TO = 12
 """Up to this many edits the permutation test enumerates all 2^E swaps (exact p-value)."""
-PAIRED_TEST_BY_KIND = {
-    "edit_outcome": "McNemar's exact test (Newcombe's hybrid-score interval)",
-    "edit_mean": "sign-flip permutation test over edits (studentized bootstrap interval)",
-    "clustered_proportion": "sign-flip permutation test over edits (cluster-robust t interval)",
-    "ratio_of_sums": "sign-flip permutation test over edits (studentized bootstrap interval)",
-    "composite": "sign-flip permutation test over edits (studentized bootstrap interval)",
-}
 
-PAIRED_METHOD_BY_KIND = {
-    "edit_mean": "studentized",
-    "clustered_proportion": "t",
-    "ratio_of_sums": "studentized",
-    "composite": "studentized",
+PAIRED_METHODS = {
+    "mcnemar": "McNemar's exact test (its interval: the test inverted, with Clopper-Pearson's share of discordant edits)",
+    "t": "paired t over edits (linearized differences, m-1 degrees of freedom; its own interval)",
+    "satterthwaite_t": (
+        "paired t over edits (linearized differences, Satterthwaite degrees of freedom; its own interval)"
+    ),
+    "studentized_symmetric": "symmetric paired bootstrap-t over edits (its own interval)",
+    "sign_flip": "sign-flip permutation test over edits (studentized bootstrap interval, not its inversion)",
 }
-"""The interval of a paired difference of two runs (edit_outcome: Newcombe's). A share near 1 leaves many
-resamples without spread, where the studentized interval of a difference runs to the bound: the cluster-robust
-t interval is used for clustered shares instead (the verdict comes from the permutation test either way)."""
+"""Every paired method this module implements (the null simulation of docs/metrics.md measures them)."""
+PAIRED_METHOD_BY_KIND = {
+    "edit_outcome": "mcnemar",
+    "edit_mean": "satterthwaite_t",
+    "clustered_proportion": "satterthwaite_t",
+    "ratio_of_sums": "satterthwaite_t",
+    "composite": "satterthwaite_t",
+}
+"""The paired method of each metric kind: one that held its level under both nulls of the simulation at
+26 edits (docs/metrics.md; ``python -m knowgic.coverage table --tables null``)."""
+PAIRED_TEST_BY_KIND = {kind: PAIRED_METHODS[method] for kind, method in PAIRED_METHOD_BY_KIND.items()}
+"""What each kind's paired comparison is, in words (captions and reports)."""
 
 
 @dataclass(frozen=True)
@@ -64,8 +101,11 @@ class MetricDifference:
     """Run B minus run A on one metric: the paired interval, the paired test's p-value and its verdict.
 
     ``excludes_zero`` (kept for readers of the old field) is ``told_apart``: the p-value is below
-    ``1 - level``. ``better`` is ``"A"``, ``"B"`` or ``None`` by the metric's direction; ``few_edits``
-    flags a comparison resting on fewer than :data:`FEW_EDITS` effective edits.
+    ``1 - level``, which is when the interval excludes 0 (one method gives both). ``better`` is ``"A"``,
+    ``"B"`` or ``None`` by the metric's direction; ``few_edits`` flags a comparison resting on fewer than
+    ``FEW_EDITS`` effective edits. ``ranked_by``: the metric whose comparison gives the verdict (a pooled
+    figure's per-edit form; ``told_apart`` is ``None`` on a metric ranked by another, with that as its
+    ``reason``).
     """
 
     metric: str
@@ -83,22 +123,11 @@ class MetricDifference:
     effective_edits: float = 0.0
     few_edits: bool = False
     discordant: tuple[int, int] | None = field(default=None)  # (A only, B only) for 0/1 outcomes
+    ranked_by: str | None = None
 
     @property
     def told_apart(self) -> bool | None:
         return self.excludes_zero
-
-
-def holm(p_values: Sequence[float | None]) -> list[float | None]:
-    """Holm's step-down adjustment of a family of p-values (``None`` entries are left out of the family)."""
-    index = [i for i, p in enumerate(p_values) if p is not None]
-    ordered = sorted(index, key=lambda i: float(p_values[i]))  # type: ignore[arg-type]
-    adjusted: list[float | None] = [None] * len(p_values)
-    running = 0.0
-    for rank, i in enumerate(ordered):
-        running = max(running, min(1.0, (len(ordered) - rank) * float(p_values[i])))  # type: ignore[arg-type]
-        adjusted[i] = running
-    return adjusted
 
 
 def mcnemar_exact(a_only: int, b_only: int) -> float:
@@ -109,26 +138,26 @@ def mcnemar_exact(a_only: int, b_only: int) -> float:
     return float(min(1.0, 2.0 * sps.binom.cdf(min(a_only, b_only), n, 0.5)))
 
 
-def _wilson(k: float, n: float, z: float) -> tuple[float, float]:
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return float(centre - half), float(centre + half)
-
-
-def newcombe_paired(both: int, a_only: int, b_only: int, neither: int, level: float) -> tuple[float, float]:
-    """Newcombe's hybrid-score interval (his method 10) for the paired difference of two shares, B - A."""
-    n = both + a_only + b_only + neither
-    z = float(sps.norm.ppf(1 - (1 - level) / 2))
-    pa, pb = (both + a_only) / n, (both + b_only) / n
-    la, ua = _wilson(both + a_only, n, z)
-    lb, ub = _wilson(both + b_only, n, z)
-    denom = (both + a_only) * (b_only + neither) * (both + b_only) * (a_only + neither)
-    phi = (both * neither - a_only * b_only) / np.sqrt(denom) if denom > 0 else 0.0
-    d = pb - pa
-    low = d - np.sqrt(max(0.0, (pb - lb) ** 2 - 2 * phi * (pb - lb) * (ua - pa) + (ua - pa) ** 2))
-    high = d + np.sqrt(max(0.0, (ub - pb) ** 2 - 2 * phi * (ub - pb) * (pa - la) + (pa - la) ** 2))
-    return float(max(-1.0, low)), float(min(1.0, high))
+def mcnemar_interval(
+    a_only: np.ndarray, b_only: np.ndarray, n: np.ndarray, level: float
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""McNemar's exact test inverted. :math:`B - A = D\,(2\pi - 1)`, with :math:`D` the share of the ``n``
+    compared edits where the runs disagree and :math:`\pi` the share of those that favour B; with
+    Clopper-Pearson's :math:`[\pi_L, \pi_U]` for ``b_only`` of the :math:`N` discordant edits and
+    :math:`[D_L, D_U]` for :math:`N` of ``n``, the interval is every :math:`D(2\pi - 1)` of the box: its
+    lower end :math:`D_U(2\pi_L - 1)` where that factor is negative, :math:`D_L(2\pi_L - 1)` otherwise (the
+    upper end likewise). As :math:`D_L > 0` once an edit is discordant, it excludes 0 exactly when
+    :math:`[\pi_L, \pi_U]` excludes 1/2, which is when McNemar's p-value is below :math:`1 - \text{level}`;
+    without a discordant edit it is :math:`[-D_U, D_U]`."""
+    a_only, b_only, n = (np.asarray(x, dtype=float) for x in (a_only, b_only, n))
+    discordant = a_only + b_only
+    d_low, d_high = clopper_pearson(discordant, np.maximum(n, 1), level)
+    p_low, p_high = clopper_pearson(b_only, np.maximum(discordant, 1), level)
+    p_low, p_high = np.where(discordant > 0, p_low, 0.0), np.where(discordant > 0, p_high, 1.0)
+    low_factor, high_factor = 2 * p_low - 1, 2 * p_high - 1
+    low = np.where(low_factor < 0, d_high, d_low) * low_factor
+    high = np.where(high_factor > 0, d_high, d_low) * high_factor
+    return low, high
 
 
 def sign_flips(n_edits: int, seed: int, permutations: int = PERMUTATIONS) -> tuple[np.ndarray, bool]:
@@ -168,12 +197,38 @@ def _swapped_values(
 
 
 @dataclass
-class _BatchDifferences:
+class BatchDifferences:
+    """Run B minus run A on one metric in each of S paired samples: the difference, its interval, the
+    p-value of the same method, and a status code (``knowgic.intervals``' OK, UNDEFINED, ONE_EDIT)."""
+
     difference: np.ndarray
     low: np.ndarray
     high: np.ndarray
     p_value: np.ndarray
     status: np.ndarray
+
+
+def _mcnemar_batch(
+    path: str,
+    sums_a: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    sums_b: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    level: float,
+) -> BatchDifferences:
+    (aa, ba), (ab, bb) = sums_a[path], sums_b[path]
+    both_defined = (ba > 0) & (bb > 0)
+    xa, xb = (aa > 0.5) & both_defined, (ab > 0.5) & both_defined
+    n10 = (xa & ~xb).sum(axis=1)
+    n01 = (~xa & xb).sum(axis=1)
+    n = both_defined.sum(axis=1)
+    diff = np.where(n > 0, (n01 - n10) / np.maximum(n, 1), np.nan)
+    low, high = mcnemar_interval(n10, n01, n, level)
+    discordant = n10 + n01
+    p = np.where(
+        discordant > 0,
+        np.minimum(1.0, 2.0 * sps.binom.cdf(np.minimum(n10, n01), np.maximum(discordant, 1), 0.5)),
+        1.0,
+    )
+    return BatchDifferences(diff, low, high, p, np.where(n > 0, OK, UNDEFINED))
 
 
 def batch_differences(
@@ -183,34 +238,28 @@ def batch_differences(
     sums_b: Mapping[str, tuple[np.ndarray, np.ndarray]],
     settings: BootstrapSettings,
     flips: tuple[np.ndarray, bool] | None = None,
-) -> _BatchDifferences:
+    method: str | None = None,
+) -> BatchDifferences:
     """Run B minus run A on ``path`` in each of S paired samples (``sums_*[p] = (a, b)``, ``(S, E)``): the
-    difference, its interval and the paired test's p-value (see the module docstring). ``declared``: the
-    declarations by path (``path``'s, and a composite's parts')."""
+    difference, its interval and the p-value of ``method`` (default: the kind's,
+    :data:`PAIRED_METHOD_BY_KIND`; see the module docstring). ``declared``: the declarations by path
+    (``path``'s, and a composite's parts'); ``flips``: the sign flips of ``sign_flip`` (made when not given).
+    """
     spec = declared[path]
     level = settings.level
-    if spec.kind == "edit_outcome":
-        (aa, ba), (ab, bb) = sums_a[path], sums_b[path]
-        both_defined = (ba > 0) & (bb > 0)
-        xa, xb = (aa > 0.5) & both_defined, (ab > 0.5) & both_defined
-        n11 = (xa & xb).sum(axis=1)
-        n10 = (xa & ~xb).sum(axis=1)
-        n01 = (~xa & xb).sum(axis=1)
-        n = both_defined.sum(axis=1)
-        n00 = n - n11 - n10 - n01
-        s = aa.shape[0]
-        low, high, p = np.zeros(s), np.zeros(s), np.ones(s)
-        diff = np.where(n > 0, (n01 - n10) / np.maximum(n, 1), np.nan)
-        for i in range(s):
-            if n[i] == 0:
-                continue
-            low[i], high[i] = newcombe_paired(int(n11[i]), int(n10[i]), int(n01[i]), int(n00[i]), level)
-            p[i] = mcnemar_exact(int(n10[i]), int(n01[i]))
-        status = np.where(n > 0, OK, UNDEFINED)
-        return _BatchDifferences(diff, low, high, p, status)
+    alpha = 1.0 - level
+    method = method or PAIRED_METHOD_BY_KIND[spec.kind]
+    if method not in PAIRED_METHODS:
+        raise KnowgicError(f"unknown paired method {method!r}; known: {', '.join(PAIRED_METHODS)}")
+    if method == "mcnemar":
+        if spec.kind != "edit_outcome":
+            raise KnowgicError(f"metric {path}: McNemar's test needs a 0/1 outcome per edit")
+        return _mcnemar_batch(path, sums_a, sums_b, level)
     some = next(iter(sums_a.values()))[0]
     n_edits = some.shape[1]
-    weights = np.vstack([np.ones((1, n_edits)), resample_counts(n_edits, settings.resamples, settings.seed)])
+    weights = np.ones((1, n_edits))
+    if method in ("studentized_symmetric", "sign_flip"):
+        weights = np.vstack([weights, resample_counts(n_edits, settings.resamples, settings.seed)])
 
     def linear(sums: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> Linear:
         if spec.kind == "composite":
@@ -220,23 +269,40 @@ def batch_differences(
 
     la, lb = linear(sums_a), linear(sums_b)
     lin = Linear(lb.theta - la.theta, lb.z - la.z, np.minimum(la.m, lb.m), lb.jack - la.jack, weights)
-    low, high = bootstrap_bounds(PAIRED_METHOD_BY_KIND[spec.kind], lin, level)
     diff = lin.theta[:, 0]
     se0 = robust_se(lin)[:, 0]
-    constant = no_spread(se0)
-    low, high = np.where(constant, diff, low), np.where(constant, diff, high)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # No spread in the differences: 0 is no evidence; a difference of the same size on every edit is.
+        t_obs = np.where(se0 > 0, diff / se0, np.where(diff == 0, 0.0, np.sign(diff) * np.inf))
+    if method in ("t", "satterthwaite_t"):
+        df = np.maximum(lin.m[:, 0] - 1.0, 1.0) if method == "t" else satterthwaite_df(lin)
+        p = 2.0 * sps.t.sf(np.abs(t_obs), df)
+        half = sps.t.ppf(1.0 - alpha / 2, df) * se0
+        low, high = diff - half, diff + half
+    elif method == "studentized_symmetric":
+        draws = np.abs(studentized_draws(lin))
+        valid = (~np.isnan(draws)).sum(axis=1)
+        ordered = -np.sort(-np.where(np.isnan(draws), -np.inf, draws), axis=1)  # largest first
+        c = np.maximum(np.ceil(alpha * valid).astype(int), 1)
+        crit = ordered[np.arange(ordered.shape[0]), np.minimum(c, ordered.shape[1]) - 1]
+        p = (draws >= np.abs(t_obs)[:, None]).sum(axis=1) / np.maximum(valid, 1)
+        half = np.where(se0 > 0, crit * se0, 0.0)
+        low, high = diff - half, diff + half
+    else:  # sign_flip: the test of interchangeability, with the studentized bootstrap interval beside it
+        low, high = method_bounds("studentized", lin, level)
+        low, high = np.where(se0 > 0, low, diff), np.where(se0 > 0, high, diff)
+        swaps, exact = flips if flips is not None else sign_flips(n_edits, settings.seed)
+        va, vb = _swapped_values(path, declared, swaps, sums_a, sums_b)
+        swapped = np.abs(vb - va)
+        hits = (swapped >= np.abs(diff)[:, None] - 1e-12).sum(axis=1)
+        valid = (~np.isnan(swapped)).sum(axis=1)
+        p = hits / np.maximum(valid, 1) if exact else (1 + hits) / (1 + valid)
+        p = np.where(diff == 0, 1.0, np.minimum(1.0, p))
     lo_b, hi_b = spec.bounds
     if lo_b is not None and hi_b is not None:
+        # A difference lies in [L - U, U - L]; clipping there never moves an end across 0.
         low, high = np.clip(low, lo_b - hi_b, hi_b - lo_b), np.clip(high, lo_b - hi_b, hi_b - lo_b)
-    swaps, exact = flips if flips is not None else sign_flips(n_edits, settings.seed)
-    va, vb = _swapped_values(path, declared, swaps, sums_a, sums_b)
-    swapped = np.abs(vb - va)
-    observed = np.abs(diff)[:, None]
-    hits = (swapped >= observed - 1e-12).sum(axis=1)
-    valid = (~np.isnan(swapped)).sum(axis=1)
-    p = hits / np.maximum(valid, 1) if exact else (1 + hits) / (1 + valid)
-    p = np.where(no_spread(np.abs(diff)), 1.0, np.minimum(1.0, p))
     defined = ~np.isnan(diff)
     status = np.where(defined, OK, UNDEFINED)
     status = np.where(defined & (np.minimum(la.m[:, 0], lb.m[:, 0]) < 2), ONE_EDIT, status)
-    return _BatchDifferences(diff, low, high, p, status)
+    return BatchDifferences(diff, low, high, np.minimum(1.0, p), status)

@@ -23,6 +23,7 @@ from typing import Any
 from knowgic.intervals import BootstrapSettings
 from knowgic.measure.compute import compute, metric_entry_at
 from knowgic.measure.records import Records
+from knowgic.results import RESULTS_SCHEMA_VERSION
 from knowgic.spec import BenchmarkSpec, benchmark_spec
 
 DEFAULT_TOLERANCE = 1e-9
@@ -99,7 +100,11 @@ def check_results(
 
     A line reads ``metrics.ifr.value: stated 0.41, recomputed 0.418``. A metric or count the document
     lacks is listed as ``stated null``, except a metric declared after the document was written (absent
-    from its ``metric_versions``): the document states nothing about it. Raises :class:`KnowgicError`
+    from its ``metric_versions``) or whose definition has changed since (another version there): the
+    document states nothing about this version of it. The interval fields are checked on documents of
+    the current results schema (:data:`knowgic.results.RESULTS_SCHEMA_VERSION`); an older schema's
+    intervals were made by other methods (``spec/schemas/CHANGELOG.md``), and its values and counts are
+    checked alone. Raises :class:`KnowgicError`
     when the records cannot be recomputed at all (results schema 1.0).
     """
     spec = spec or benchmark_spec()
@@ -107,15 +112,22 @@ def check_results(
     stated_metrics = document.get("metrics") or {}
     problems: list[str] = []
     versions = document.get("metric_versions")
+    # Intervals are made by the methods of the document's schema version: an older one's are not this one's.
+    current = document.get("schema_version") == RESULTS_SCHEMA_VERSION
     for path in spec.metric_paths():
-        if isinstance(versions, Mapping) and versions and path.split(".")[0] not in versions:
-            continue  # declared after this document was written
+        head = path.split(".")[0]
+        if isinstance(versions, Mapping) and versions:
+            if head not in versions:
+                continue  # declared after this document was written
+            if versions[head] != spec.metrics[head].version:
+                continue  # another version of its definition: the document states another quantity
         try:
             stated = metric_entry_at(stated_metrics, path)
         except (KeyError, TypeError):
             stated = {}
         fresh = metric_entry_at(recomputed["metrics"], path)
-        for key in sorted(set(fresh) | {k for k in stated if k in _CHECKED_FIELDS}):
+        keys = sorted(set(fresh) | {k for k in stated if k in _CHECKED_FIELDS})
+        for key in keys if current else [k for k in keys if k not in _INTERVAL_FIELDS]:
             if _differs(stated.get(key), fresh.get(key), tolerance):
                 problems.append(
                     f"metrics.{path}.{key}: stated {_shown(stated.get(key))}, "
@@ -144,6 +156,19 @@ _CHECKED_FIELDS = frozenset(
         "edits",
         "effective_edits",
         "few_edits",
+        "coverage_unmet",
     }
 )
 """The fields of a metric entry a stated document is checked on (every one recompute_metrics writes)."""
+_INTERVAL_FIELDS = frozenset(
+    {
+        "interval",
+        "interval_reason",
+        "interval_resamples",
+        "interval_method",
+        "interval_note",
+        "coverage_unmet",
+    }
+)
+"""The fields an interval method makes: checked only on a document of the current results schema, whose
+intervals were made by this version's methods."""

@@ -35,9 +35,9 @@ from knowgic.measure.records import Records
 from knowgic.paths import spec_dir
 from knowgic.schema_errors import error_lines
 
-RESULTS_SCHEMA_VERSION = "1.3"
+RESULTS_SCHEMA_VERSION = "1.4"
 """The version ``knowgic evaluate`` writes."""
-READABLE_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3")
+READABLE_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
 """Versions this package reads (``spec/schemas/CHANGELOG.md``): 1.0 documents carry no intervals and no
 per-edit sums (shown, never recomputed); 1.1 adds intervals and the per-edit sums; 1.2 the optional
 ``submission`` and ``runner`` objects of runner jobs; 1.3 each metric's interval method, edits, effective

@@ -7,11 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from knowgic.cli import main
 from knowgic.errors import KnowgicError
+from knowgic.intervals import OK, BootstrapSettings
 from knowgic.measure.compare import comparability_problem, compare_results
+from knowgic.paired import batch_differences
+from knowgic.spec import benchmark_spec
 
 
 def _run_main(argv: list[str]) -> int:
@@ -47,26 +51,37 @@ def test_compare_prints_each_metrics_paired_difference(runs, capsys) -> None:
     capsys.readouterr()
     assert _run_main(["compare", str(runs["none"]), str(runs["rome"] / "results.json")]) == 0
     out = capsys.readouterr().out
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 5}
     # ROME makes the 3 edits the unedited model does not: B - A = +1, but three one-way discordant edits
-    # are not evidence at 5% (McNemar's exact p = 2 / 2^3 = 0.25), and the table says so.
-    efficacy = next(line for line in out.splitlines() if "│ Efficacy " in line)
-    assert "+1.0000" in efficacy and "│ 0.25 " in efficacy and "not told apart † few edits" in efficacy
-    ifr = next(line for line in out.splitlines() if "│ IFR " in line)
-    assert "not told apart" in ifr  # the sign-flip test's smallest p over 3 edits is 2/8
+    # are not evidence at 5% (McNemar's exact p = 2 / 2^3 = 0.25), and the interval, the test inverted,
+    # holds 0 too.
+    efficacy = rows["Efficacy"]
+    assert "+1.0000" in efficacy and "0.25 │" in efficacy and "not told apart † few edits" in efficacy
+    assert "[-0.4152, +1.0000]" in efficacy
+    # IFR is ranked, and so told apart or not, by its per-edit form; the paper's pooled IFR shows its own
+    # difference, interval and p-value beside it, and points to the verdict.
+    assert "not told apart" in rows["IFR (per edit)"]
+    assert "verdict by IFR (per edit)" in rows["IFR"] and "told apart" not in rows["IFR"]
+    assert "verdict by Preservation (macro)" in rows["Preservation"]
     # The footnote names each metric's test, from the metric kinds the spec declares.
     footnote = " ".join(out[out.index("Paired over the 3 edits:") :].split())
     assert (
-        "McNemar's exact test (Newcombe's hybrid-score interval) for Efficacy and Generalization;" in footnote
+        "McNemar's exact test (its interval: the test inverted, with Clopper-Pearson's share of discordant "
+        "edits) for Efficacy and "
+        "Generalization;" in footnote
     )
-    assert '(cluster-robust t interval) for Specificity, "Specificity, same relation" and' in footnote
+    assert (
+        "paired t over edits (linearized differences, Satterthwaite degrees of freedom; its own interval)"
+        in footnote
+    )
 
 
 def test_compare_json_matches_the_library(runs, capsys) -> None:
     capsys.readouterr()
-    assert _run_main(["compare", str(runs["none"]), str(runs["rome"]), "--json", "--resamples", "500"]) == 0
+    assert _run_main(["compare", str(runs["none"]), str(runs["rome"]), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["a"]["editor"] == "none" and report["b"]["editor"] == "rome"
-    assert report["bootstrap"]["resamples"] == 500 and report["bootstrap"]["edits"] == 3
+    assert report["paired"]["level"] == 0.95 and report["paired"]["edits"] == 3
     library = compare_results(_document(runs["none"]), _document(runs["rome"]), resamples=500)
     keys = (
         "metric",
@@ -84,11 +99,15 @@ def test_compare_json_matches_the_library(runs, capsys) -> None:
         {k: getattr(d, k) for k in keys} for d in library
     ]
     by_metric = {d["metric"]: d for d in report["differences"]}
-    ifr = by_metric["ifr"]
-    assert ifr["difference"] == pytest.approx(ifr["b"] - ifr["a"])
-    assert ifr["low"] <= ifr["difference"] <= ifr["high"] and ifr["difference"] < 0
+    for name in ("ifr", "ifr_per_edit"):
+        ifr = by_metric[name]
+        assert ifr["difference"] == pytest.approx(ifr["b"] - ifr["a"])
+        assert ifr["low"] <= ifr["difference"] <= ifr["high"] and ifr["difference"] < 0
+        assert ifr["p_value"] > 0.05 and ifr["few_edits"] is True and ifr["ranked_by"] == "ifr_per_edit"
+    assert by_metric["ifr_per_edit"]["excludes_zero"] is False
     assert (
-        ifr["p_value"] == pytest.approx(0.25) and ifr["excludes_zero"] is False and ifr["few_edits"] is True
+        by_metric["ifr"]["excludes_zero"] is None
+        and by_metric["ifr"]["verdict"] == "– (verdict by IFR (per edit))"
     )
     assert by_metric["efficacy"]["discordant"] == [0, 3] and by_metric["efficacy"]["verdict"].startswith(
         "not told"
@@ -101,7 +120,8 @@ def test_a_run_compared_with_itself_differs_by_nothing(runs, capsys) -> None:
     for d in json.loads(capsys.readouterr().out)["differences"]:
         if d["low"] is None:
             continue
-        assert (d["difference"], d["p_value"], d["excludes_zero"]) == (0.0, 1.0, False)
+        verdict = False if d["ranked_by"] == d["metric"] else None  # a pooled figure's verdict is its form's
+        assert (d["difference"], d["p_value"], d["excludes_zero"]) == (0.0, 1.0, verdict)
         if d["metric"] not in ("efficacy", "generalization"):
             assert (d["low"], d["high"]) == (0.0, 0.0)
 
@@ -143,3 +163,51 @@ def test_compare_names_a_missing_or_empty_run(tmp_path, capsys) -> None:
     assert "holds no results.json" in capsys.readouterr().err
     assert _run_main(["compare", str(tmp_path), str(tmp_path), "--level", "95"]) == 2
     assert "between 0 and 1" in capsys.readouterr().err
+
+
+def _random_sums(
+    parts: tuple[str, ...], shift: np.ndarray, n_edits: int, rng: np.random.Generator
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per-edit sums of ``len(shift)`` random runs: 0/1 outcomes for a 0/1 metric, values in [0, 1] weighted
+    1..5 otherwise, each run's values moved by its ``shift``."""
+    declared = benchmark_spec().metric_paths()
+    samples = shift.shape[0]
+    sums = {}
+    for p in parts:
+        b = rng.integers(1, 6, size=(samples, n_edits)).astype(float)
+        if declared[p].kind == "edit_outcome":
+            sums[p] = ((rng.random((samples, n_edits)) < 0.7 + shift).astype(float), np.ones_like(b))
+        else:
+            sums[p] = (np.clip(rng.beta(2, 2, (samples, n_edits)) + shift, 0, 1) * b, b)
+    return sums
+
+
+@pytest.mark.parametrize(
+    "kind", ["edit_outcome", "edit_mean", "clustered_proportion", "ratio_of_sums", "composite"]
+)
+def test_a_verdict_and_its_interval_never_disagree(kind: str) -> None:
+    """One method gives the p-value and the interval: p < 0.05 exactly when the interval excludes 0, over
+    many random pairs of runs (at 3, 6 and 26 edits; some B identical to A, or A with one edit changed)."""
+    declared = benchmark_spec().metric_paths()
+    path = {
+        "edit_outcome": "efficacy",
+        "edit_mean": "ifr_per_edit",
+        "clustered_proportion": "specificity",
+        "ratio_of_sums": "ifr",
+        "composite": "deep_editing_score",
+    }[kind]
+    parts = declared[path].of or (path,)
+    rng = np.random.default_rng(11)
+    for n_edits in (3, 6, 26):
+        a = _random_sums(parts, np.zeros((400, 1)), n_edits, rng)
+        b = _random_sums(parts, rng.normal(0, 0.15, (400, 1)), n_edits, rng)
+        same = rng.random(400) < 0.2
+        for p in parts:
+            b[p] = (np.where(same[:, None], a[p][0], b[p][0]), np.where(same[:, None], a[p][1], b[p][1]))
+            b[p][0][same, 0] = a[p][0][same, 0] * rng.random(int(same.sum()))
+        result = batch_differences(path, declared, a, b, BootstrapSettings())
+        ok = result.status == OK
+        told = result.p_value < 0.05
+        excludes = (result.low > 0) | (result.high < 0)
+        assert (told == excludes)[ok].all(), (kind, n_edits)
+        assert n_edits < 26 or 0 < told[ok].sum() < ok.sum(), (kind, n_edits)  # both verdicts occur

@@ -68,7 +68,7 @@ def test_results_document(identity_run) -> None:
         "known_post",
         "restates_edit",
     } == set(doc["chains"][0])
-    assert doc["schema_version"] == "1.3" and doc["uncertainty"]["resamples"] == 2000
+    assert doc["schema_version"] == "1.4" and doc["uncertainty"]["resamples"] == 2000
     assert doc["environment"]["bitwise_reproducible"] is True  # a CPU run
     # Unedited, every active chain is still known step by step: all are still recoverable.
     assert doc["counts"]["recoverable_chains"] == doc["counts"]["active_chains"]
@@ -113,7 +113,7 @@ def test_printed_directions_come_from_the_spec(identity_run, tmp_path, capsys) -
     changed = text.replace(
         "  ifr:\n    label: IFR\n    short: IFR\n    version: 1\n    direction: lower\n",
         ("  ifr:\n    label: Indirect recovery\n    short: IFR\n    version: 1\n    direction: higher\n"),
-    )
+    ).replace("    ranked_by: ifr_per_edit\n", "", 1)  # its per-edit form keeps the other direction
     assert changed != text
     (tmp_path / "benchmark.yaml").write_text(changed, encoding="utf-8")
     print_results(identity_run.document, spec=read_spec(tmp_path / "benchmark.yaml"))

@@ -56,6 +56,7 @@ def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
             "told_apart": d.told_apart,
             "reason": d.reason,
             "edits": d.edits,
+            "ranked_by": d.ranked_by,
         }
         for d in compare_results(a, b)
     ]

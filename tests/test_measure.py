@@ -97,7 +97,7 @@ def test_registered_functions_give_the_papers_formulas(rome_run) -> None:
         "specificity_same_relation": specificity("same-relation"),
         "specificity_other_graphs": specificity("other-graphs"),
     }
-    parts = [direct[p].value for p in ("ifr", "preservation", "efficacy", "specificity")]
+    parts = [direct[p].value for p in ("ifr_per_edit", "preservation_macro", "efficacy", "specificity")]
     xs = [1 - min(1.0, parts[0]), *parts[1:]]  # type: ignore[operator, list-item]
     direct["deep_editing_score"] = M.MetricValue(
         0.0 if min(xs) <= 0 else len(xs) / math.fsum(1 / x for x in xs), 4

@@ -71,7 +71,7 @@ def test_summarize_and_compare_print_names_as_text(hostile_results, capsys) -> N
     _shown_as_text(capsys.readouterr().out)
     assert main(["summarize", str(hostile_results), "--json"]) == 0
     assert not any(c in capsys.readouterr().out for c in RAW)
-    assert main(["compare", str(hostile_results), str(hostile_results), "--resamples", "50"]) == 0
+    assert main(["compare", str(hostile_results), str(hostile_results)]) == 0
     out = capsys.readouterr().out
     _shown_as_text(out)
     assert "[bold][link=https://x.example]x[/link]" in out  # rich shows it, not parses it

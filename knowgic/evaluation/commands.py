@@ -18,7 +18,7 @@ from knowgic.argtypes import (
 )
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
-from knowgic.intervals import DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED
+from knowgic.intervals import DEFAULT_LEVEL
 
 if TYPE_CHECKING:
     from knowgic.paired import MetricDifference
@@ -246,20 +246,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "compare",
         help="run B minus run A on every metric, with a paired interval and p-value",
         description="Compare two runs of the same model, dataset version and hash, protocol and mode, edit by "
-        "edit: per metric the difference B - A with a paired interval over the same resampled edits and "
-        "the p-value of a paired test (McNemar's exact test for 0/1 metrics, a sign-flip permutation test "
-        "over the edits for the others), and which run is better in words. Runs that differ in any of "
-        "those are refused.",
+        "edit: per metric the difference B - A with the interval and p-value of one paired method "
+        "(McNemar's exact test, inverted for its interval, for 0/1 metrics; a paired t over the edits with "
+        "Satterthwaite's degrees of freedom for the others), so that the verdict and the interval never "
+        "disagree, and which run is better in words. Runs that differ in any of those are refused.",
     )
     c.add_argument("run_a", type=Path, metavar="RUN_A", help="results.json file, or a run folder holding one")
     c.add_argument("run_b", type=Path, metavar="RUN_B", help="results.json file, or a run folder holding one")
-    c.add_argument(
-        "--resamples",
-        type=positive_int,
-        default=DEFAULT_RESAMPLES,
-        help=f"bootstrap resamples (default: {DEFAULT_RESAMPLES})",
-    )
-    c.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"bootstrap seed (default: {DEFAULT_SEED})")
     c.add_argument(
         "--level",
         type=open_unit_fraction,
@@ -542,16 +535,14 @@ def run_compare(args: argparse.Namespace) -> int:
     from knowgic.spec import benchmark_spec
 
     a, b = _run_document(args.run_a), _run_document(args.run_b)
-    differences = compare_results(a, b, resamples=args.resamples, seed=args.seed, level=args.level)
+    differences = compare_results(a, b, level=args.level)
     level = f"{round(100 * args.level)}%"
     if args.json:
         report = {
             "a": {"path": str(args.run_a), "editor": a["config"]["editor"], "sha256": a["sha256"]},
             "b": {"path": str(args.run_b), "editor": b["config"]["editor"], "sha256": b["sha256"]},
-            "bootstrap": {
+            "paired": {
                 "tests_by_kind": PAIRED_TEST_BY_KIND,
-                "resamples": args.resamples,
-                "seed": args.seed,
                 "level": args.level,
                 "edits": len(a["per_edit"]),
                 "few_edits_below": FEW_EDITS,
@@ -595,8 +586,8 @@ def run_compare(args: argparse.Namespace) -> int:
         for test, labels in methods_for(spec.metric_paths(), PAIRED_TEST_BY_KIND)
     )
     console.print(
-        f"Paired over the {len(a['per_edit'])} edits: {tests}; bootstrap intervals: {args.resamples} "
-        f"resamples, seed {args.seed}. {verdict_meaning(args.level)}. "
+        f"Paired over the {len(a['per_edit'])} edits: {tests}; each interval is its test's. "
+        f"{verdict_meaning(args.level)}. "
         f"{FEW_EDITS_MARK} few edits: fewer than {FEW_EDITS:g} effective edits, where the "
         "measured false-positive rate and coverage miss their levels (docs/metrics.md)."
     )

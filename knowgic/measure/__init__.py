@@ -7,6 +7,6 @@
                     function from Records to per-edit sums a_e, b_e
     definitions.py  every built-in metric's function (METRICS, the default registry)
     compute.py      compute(records, spec): values, n, reasons, intervals and counts, in document shape
-    compare.py      paired comparisons of runs: compare_results, compare_with_best, ranks_by_significance
+    compare.py      paired comparisons of runs: compare_results
     ranks.py        rank ranges of runs of one ranking (RankingKey), in the order of their values
 """

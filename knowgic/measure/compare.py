@@ -6,8 +6,10 @@
                                                   protocol and parameters, mode, and edits
                       ──Records, reordered to run 1's edits──> metric_sums per run (knowgic.measure)
                       ──knowgic.paired.batch_differences──> MetricDifference per metric and pair
-        compare_results(a, b)            every metric, B minus A (``knowgic compare``)
-        compare_with_best(paired, ...)   each run against the best, Holm-adjusted (the summary's marks)
+        compare_results(a, b)            every metric, B minus A (``knowgic compare``); the verdict of a
+                                         metric is its ``ranked_by`` form's (IFR: IFR per edit)
+        compare_with_best(paired, ...)   each run against the best by the ranked form, Holm-adjusted (the
+                                         summary's marks)
         ranks_by_significance(paired, m) 1 + the runs significantly better (the leaderboard's rank)
         ifr_check(public, private)       a run's public against its private-split IFR
 """
@@ -29,10 +31,16 @@ from knowgic.intervals import (
     OK,
     BootstrapSettings,
 )
-from knowgic.measure.compute import metric_entry_at, metric_sums
+from knowgic.measure.compute import metric_entry_at, metric_sums, metric_values
 from knowgic.measure.records import Records
 from knowgic.measure.registry import EditSums
-from knowgic.paired import PAIRED_TEST_BY_KIND, MetricDifference, batch_differences, holm, sign_flips
+from knowgic.paired import (
+    PAIRED_METHOD_BY_KIND,
+    PAIRED_TEST_BY_KIND,
+    MetricDifference,
+    batch_differences,
+    sign_flips,
+)
 from knowgic.spec import BenchmarkSpec, MetricSpec, benchmark_spec
 
 # What must agree for a paired comparison: the same edits, scored the same way on the same model.
@@ -80,6 +88,21 @@ def _stated(document: Mapping[str, Any], metric: str) -> float | None:
         return None
 
 
+def ranked_path(declared: Mapping[str, MetricSpec], path: str) -> str:
+    """The path of the metric that ranks, marks and gives the verdict of ``path``: its declaration's
+    ``ranked_by`` (``ifr`` -> ``ifr_per_edit``, ``ifr_by_length.2`` -> ``ifr_by_length_per_edit.2``)."""
+    part = path.partition(".")[2]
+    ranker = declared[path].ranked_by
+    return f"{ranker}.{part}" if part else ranker
+
+
+def path_label(declared: Mapping[str, MetricSpec], path: str) -> str:
+    """``"IFR (per edit)"``, ``"IFR by chain length (per edit), n = 2"``: a metric path in words."""
+    part = path.partition(".")[2]
+    label = declared[path].label
+    return f"{label}, n = {part}" if part else label
+
+
 @dataclass(frozen=True)
 class PairedResamples:
     """Several comparable runs, their per-edit statistics aligned edit by edit (see :func:`paired_resamples`).
@@ -95,22 +118,42 @@ class PairedResamples:
     declared: Mapping[str, MetricSpec]
     flips: tuple[np.ndarray, bool] | None = None
     problem: str | None = None  # why the runs' records cannot be compared (an old results schema)
+    values: tuple[Mapping[str, float | None], ...] = ()  # each run's values recomputed from its records
+
+    def value(self, run: int, metric: str) -> float | None:
+        """Run ``run``'s value of ``metric`` as this version of its definition gives it from the run's
+        records (the interval and test are of that value); the stated one where the records cannot be read.
+        The two differ only where a document states another version of the definition."""
+        if self.values:
+            return self.values[run][metric]
+        return _stated(self.documents[run], metric)
+
+    def ranked_difference(self, metric: str, a: int, b: int) -> MetricDifference:
+        """Run ``b`` minus run ``a`` on the form that ranks ``metric`` (:func:`ranked_path`): what a verdict on
+        ``metric`` rests on."""
+        return self.difference(ranked_path(self.declared, metric), a, b)
 
     def difference(self, metric: str, a: int, b: int) -> MetricDifference:
-        """Run ``b`` minus run ``a`` on ``metric``: interval, p-value, verdict and the few-edits flag."""
+        """Run ``b`` minus run ``a`` on ``metric``: interval, p-value, verdict and the few-edits flag, from the
+        paired method of its kind (the verdict agrees with the interval). A metric ranked by another form
+        (IFR by IFR per edit) gets its own difference, interval and p-value, but no verdict: ``told_apart``
+        is ``None``, ``ranked_by`` names the form whose verdict counts."""
         spec = self.declared[metric]
         test = PAIRED_TEST_BY_KIND[spec.kind]
-        va, vb = _stated(self.documents[a], metric), _stated(self.documents[b], metric)
+        ranker = ranked_path(self.declared, metric)
+        va, vb = self.value(a, metric), self.value(b, metric)
         if va is None or vb is None:
             which = " and ".join(x for x, v in (("A", va), ("B", vb)) if v is None)
             return MetricDifference(
-                metric, va, vb, None, None, None, None, f"undefined in {which}", test=test
+                metric, va, vb, None, None, None, None, f"undefined in {which}", test=test, ranked_by=ranker
             )
         parts = spec.of if spec.kind == "composite" else (metric,)
         n_edits = 0 if self.problem else len(next(iter(self.sums[a].values())).ratio.numerator)
         if self.problem is not None or n_edits < 2:
             reason = self.problem or "the runs have one edit: a comparison over edits needs at least two"
-            return MetricDifference(metric, va, vb, vb - va, None, None, None, reason, test=test)
+            return MetricDifference(
+                metric, va, vb, vb - va, None, None, None, reason, test=test, ranked_by=ranker
+            )
         sums_a = {p: (s.ratio.numerator[None], s.ratio.denominator[None]) for p, s in self.sums[a].items()}
         sums_b = {p: (s.ratio.numerator[None], s.ratio.denominator[None]) for p, s in self.sums[b].items()}
         batch = batch_differences(metric, self.declared, sums_a, sums_b, self.settings, self.flips)
@@ -121,14 +164,19 @@ class PairedResamples:
             "edits": edits,
             "effective_edits": effective,
             "few_edits": effective < FEW_EDITS,
+            "ranked_by": ranker,
         }
         if int(batch.status[0]) != OK:
             reason = "the metric rests on one edit: resampling edits cannot show its spread"
             return MetricDifference(metric, va, vb, vb - va, None, None, None, reason, **common)
         p = float(batch.p_value[0])
-        told = p < 1.0 - self.settings.level
+        told: bool | None = p < 1.0 - self.settings.level
         better = None
-        if told:
+        reason = None
+        if ranker != metric:
+            told = None
+            reason = f"verdict by {path_label(self.declared, ranker)}"
+        elif told:
             b_lower = vb < va
             better = "B" if b_lower == spec.lower_is_better else "A"
         discordant = None
@@ -148,7 +196,7 @@ class PairedResamples:
             float(batch.low[0]),
             float(batch.high[0]),
             told,
-            None,
+            reason,
             p,
             discordant=discordant,
             better=better,
@@ -182,8 +230,10 @@ def paired_resamples(
         return PairedResamples(settings, tuple(documents), (), spec.metric_paths(), None, str(exc))
     order = records[0].edit_ids
     sums = tuple(metric_sums(r.reordered(order), spec) for r in records)
-    flips = sign_flips(len(order), settings.seed) if len(order) >= 2 else None
-    return PairedResamples(settings, tuple(documents), sums, spec.metric_paths(), flips)
+    values = tuple({p: v.value for p, v in metric_values(s, spec).items()} for s in sums)
+    flipping = "sign_flip" in PAIRED_METHOD_BY_KIND.values() and len(order) >= 2
+    flips = sign_flips(len(order), settings.seed) if flipping else None
+    return PairedResamples(settings, tuple(documents), sums, spec.metric_paths(), flips, values=values)
 
 
 def compare_results(
@@ -197,10 +247,13 @@ def compare_results(
 ) -> list[MetricDifference]:
     r"""Run B minus run A on every declared metric (by path, spec order), paired edit by edit.
 
-    Each difference has its interval, the p-value of the paired test of its kind (McNemar's exact test for
-    a 0/1 outcome per edit, the sign-flip permutation test otherwise), whether the test tells the runs
-    apart at ``1 - level`` (``excludes_zero``), which run is better by the metric's direction, and the
-    few-edits flag. Raises :class:`KnowgicError` when the runs differ in model, dataset version or hash,
+    Each difference has its interval and the p-value of the one paired method of its kind
+    (``knowgic.paired.PAIRED_METHOD_BY_KIND``: McNemar's exact test for a 0/1 outcome per edit, the paired
+    t over edits with Satterthwaite's degrees of freedom otherwise), whether the runs are told apart at
+    ``1 - level`` (``excludes_zero``: the p-value is below it, which is when the interval excludes 0), which
+    run is better by the metric's direction, and the few-edits flag. A metric ranked by another form (the
+    paper's pooled IFR and Preservation, ranked by their per-edit forms) has no verdict of its own: its
+    ``ranked_by`` form's entry gives it. Raises :class:`KnowgicError` when the runs differ in model, dataset version or hash,
     protocol or mode, or cover different edits.
     """
     problem = comparability_problem(a, b)
@@ -209,68 +262,6 @@ def compare_results(
     settings = BootstrapSettings(resamples=resamples, seed=seed, level=level)
     paired = paired_resamples([a, b], settings, spec)
     return [paired.difference(path, 0, 1) for path in paired.declared]
-
-
-@dataclass(frozen=True)
-class BestComparison:
-    """Per metric: the best run and, for every run, whether the paired test can tell it from the best.
-
-    ``tied[i]`` is ``True`` when the Holm-adjusted p-value of run ``i`` against the best run is at least
-    ``1 - level`` (the best run itself is ``True``), ``False`` when it is below, and ``None`` when it cannot
-    be computed or the run's value is undefined. ``p_values[i]`` is that adjusted p-value.
-    """
-
-    metric: str
-    best: int | None
-    tied: tuple[bool | None, ...]
-    p_values: tuple[float | None, ...] = ()
-
-
-def compare_with_best(paired: PairedResamples, metric: str, lower_is_better: bool) -> BestComparison:
-    """The run with the best value of ``metric`` (the first of equal ones) and each run's paired test
-    against it, the family of those tests controlled by Holm's method (see :class:`BestComparison`)."""
-    values = [metric_entry_at(d["metrics"], metric)["value"] for d in paired.documents]
-    defined = [i for i, v in enumerate(values) if v is not None]
-    if not defined:
-        return BestComparison(metric, None, tuple(None for _ in values), tuple(None for _ in values))
-    sign = 1.0 if lower_is_better else -1.0
-    best = min(defined, key=lambda i: (sign * float(values[i]), i))
-    raw: list[float | None] = []
-    for i in range(len(values)):
-        if i == best:
-            raw.append(None)
-            continue
-        difference = paired.difference(metric, best, i)
-        raw.append(difference.p_value)
-    adjusted = holm(raw)
-    alpha = 1.0 - paired.settings.level
-    tied = tuple(
-        True if i == best else (None if adjusted[i] is None else adjusted[i] >= alpha)  # type: ignore[operator]
-        for i in range(len(values))
-    )
-    return BestComparison(metric, best, tied, tuple(adjusted))
-
-
-def ranks_by_significance(paired: PairedResamples, metric: str) -> list[int | None]:
-    """Each run's rank on ``metric``: 1 + the number of runs significantly better than it.
-
-    Every pair of runs is compared with the paired test of the metric's kind and the family of all those
-    tests is controlled by Holm's method at ``1 - level``; runs that no test tells apart share a rank. A run
-    whose value is undefined gets ``None``. The leaderboard's rank column is this.
-    """
-    spec = paired.declared[metric]
-    values = [metric_entry_at(d["metrics"], metric)["value"] for d in paired.documents]
-    pairs = [(i, j) for i in range(len(values)) for j in range(i + 1, len(values))]
-    pairs = [(i, j) for i, j in pairs if values[i] is not None and values[j] is not None]
-    adjusted = holm([paired.difference(metric, i, j).p_value for i, j in pairs])
-    alpha = 1.0 - paired.settings.level
-    better_count = [0] * len(values)
-    for (i, j), p in zip(pairs, adjusted, strict=True):
-        if p is None or p >= alpha or values[i] == values[j]:
-            continue
-        i_better = (values[i] < values[j]) == spec.lower_is_better  # type: ignore[operator]
-        better_count[j if i_better else i] += 1
-    return [None if v is None else 1 + better_count[k] for k, v in enumerate(values)]
 
 
 IFR_CHECK_RULE = "flagged when the public and the private IFR intervals do not overlap"

@@ -137,7 +137,7 @@ def compute(
     metrics: dict[str, Any] = {}
     for path in declared:
         head, _, part = path.partition(".")
-        entry = {**_entry(values[path]), **interval_fields(found[path])}
+        entry = {**_entry(values[path]), **interval_fields(found[path], declared[path])}
         if part:
             metrics.setdefault(head, {})[part] = entry
         else:
