@@ -4,10 +4,10 @@
 
 A SWEEP is a sweep folder (``knowgic sweep --out``), or run folders and results.json files given as one
 comma-separated argument. Every pair of its runs is compared edit by edit exactly as ``knowgic compare``
-compares two runs (``knowgic.measure.compare.compare_results``, its default resamples, seed and level); a
+compares two runs (``knowgic.measure.compare.compare_results``, its default level); a
 pair counts as told apart when that verdict says so, with no adjustment for the number of pairs. Prints a
 Markdown table: a row per headline metric, in the form that ranks and compares it (``ifr_per_edit`` for
-IFR), and the paper's pooled IFR; a column per sweep with "k of N" over all pairs of editors, and over the
+IFR; the paper's pooled IFR and Preservation have no verdict of their own); a column per sweep with "k of N" over all pairs of editors, and over the
 pairs of the five locate-and-edit editors (ROME, MEMIT, AlphaEdit, PRUNE, RECT).
 """
 
@@ -33,10 +33,9 @@ def _documents(argument: str) -> list[dict[str, Any]]:
 
 
 def metrics() -> list[str]:
-    """The headline metrics by the path that ranks them, then the paper's pooled IFR."""
+    """The headline metrics by the path that ranks and compares them."""
     spec = benchmark_spec()
-    ranked = [m.ranked_by for m in spec.metrics.values() if m.headline]
-    return [*dict.fromkeys(ranked), *(["ifr"] if "ifr" not in ranked else [])]
+    return list(dict.fromkeys(m.ranked_by for m in spec.metrics.values() if m.headline))
 
 
 def told_apart(documents: list[dict[str, Any]]) -> dict[str, tuple[int, int, int, int]]:

@@ -71,6 +71,18 @@ def recompute_metrics(
     return compute(records, spec or benchmark_spec(), settings or settings_of(document))
 
 
+def recomputed_view(document: Mapping[str, Any], spec: BenchmarkSpec | None = None) -> dict[str, Any]:
+    """A copy of ``document`` whose metrics, counts, uncertainty and metric versions are this package's,
+    recomputed from its records (:func:`recompute_metrics`): what a table shows to put runs made under
+    earlier interval methods or metric versions in today's terms. A view for showing, never written: its
+    ``sha256`` is the source file's, which no longer hashes this content."""
+    spec = spec or benchmark_spec()
+    view = dict(document)
+    view.update(recompute_metrics(document, spec=spec))
+    view["metric_versions"] = {name: m.version for name, m in spec.metrics.items()}
+    return view
+
+
 def _differs(stated: Any, recomputed: Any, tolerance: float) -> bool:
     if isinstance(stated, bool) or isinstance(recomputed, bool) or stated is None or recomputed is None:
         return stated != recomputed

@@ -187,6 +187,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     m.add_argument("--out", type=Path, help="also write the table to this Markdown file")
     m.add_argument("--overwrite", action="store_true", help="replace the file --out names when it exists")
     m.add_argument(
+        "--recompute",
+        action="store_true",
+        help="show every metric and interval recomputed from the runs' records with this package's methods "
+        "and metric versions (runs made before a method changed), instead of the values the files state",
+    )
+    m.add_argument(
         "--json",
         action="store_true",
         help="print the runs (editor, file, every metric, its rank range per headline metric) as JSON instead",
@@ -493,6 +499,10 @@ def run_summarize(args: argparse.Namespace) -> int:
     if args.out is not None and args.out.exists() and not args.overwrite:
         raise KnowgicError(f"{args.out} exists; pass --overwrite to replace it, or choose another file")
     documents, folders = summarized_runs(args.results)
+    if args.recompute:
+        from knowgic.recompute import recomputed_view
+
+        documents = [recomputed_view(d) for d in documents]
     ranks = summary_ranks(documents, names=row_labels(documents, folders))
     table = summary_table(documents, sources=folders, ranks=ranks)
     if args.out is not None:
