@@ -72,3 +72,31 @@ def test_a_document_without_per_edit_sums_is_refused_in_one_line(rome_run) -> No
         del record["preservation_sum"], record["specificity_kept"]
     with pytest.raises(KnowgicError, match=r"^results schema 1\.0 records no per-edit preservation_sum, "):
         recompute_metrics(doc)
+
+
+def test_summarize_recompute_shows_a_run_made_under_earlier_methods_in_todays_terms(tmp_path, capsys) -> None:
+    """The golden ROME run was written under results schema 1.3 (the deep-editing score of the pooled forms,
+    version 1): `summarize --recompute` shows every metric as this package computes it from the records,
+    plain `summarize` what the file states; the file itself is not touched."""
+    import gzip
+
+    golden = Path(__file__).parent / "data" / "golden" / "rome.results.json.gz"
+    with gzip.open(golden, "rt", encoding="utf-8") as handle:
+        text = handle.read()
+    run = tmp_path / "rome"
+    run.mkdir()
+    (run / "results.json").write_text(text, encoding="utf-8")
+    stated = json.loads(text)
+
+    def summarized(*flags: str) -> dict[str, Any]:
+        capsys.readouterr()
+        assert main(["summarize", str(run), "--json", *flags]) == 0
+        [row] = json.loads(capsys.readouterr().out)["runs"]
+        return row
+
+    plain, recomputed = summarized(), summarized("--recompute")
+    assert plain["metrics"] == stated["metrics"]
+    assert recomputed["metrics"] == recompute_metrics(stated)["metrics"]
+    deep = ("deep_editing_score", "value")
+    assert recomputed["metrics"][deep[0]][deep[1]] != plain["metrics"][deep[0]][deep[1]]
+    assert (run / "results.json").read_text(encoding="utf-8") == text

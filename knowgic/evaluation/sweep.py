@@ -159,9 +159,15 @@ def summary_ranks(
     return SummaryRanks(rankings, key, settings)
 
 
+NOT_RECORDED = "not recorded"
+"""The cell of a metric the results file predates (``knowgic summarize --recompute`` computes it)."""
+
+
 def _cell(document: Mapping[str, Any], row: int, column: Column, ranks: SummaryRanks) -> str:
     """``**0.442** [0.25, 0.65] #1–3`` for a ranked column's row whose range holds rank 1,
     ``0.523 [0.32, 0.72] #4–7`` for another; a paper's figure is its value and interval only."""
+    if column.metric.partition(".")[0] not in document["metrics"]:
+        return NOT_RECORDED  # a metric declared after the file was written: `summarize --recompute`
     text = format_value(metric_entry_at(document["metrics"], column.metric))
     ranking = ranks.rankings.get(column.metric)
     if not column.ranked or ranking is None or text == UNDEFINED or ranking.ranges[row] is None:
