@@ -32,7 +32,12 @@ def test_shipped_spec_declares_every_metric_the_registry_computes() -> None:
     kinds = {name: m.kind for name, m in spec.metrics.items()}
     assert kinds["efficacy"] == kinds["generalization"] == "edit_outcome"
     assert kinds["specificity"] == "clustered_proportion" and kinds["ifr"] == "ratio_of_sums"
-    assert spec.metrics["deep_editing_score"].of == ("ifr", "preservation", "efficacy", "specificity")
+    assert spec.metrics["deep_editing_score"].of == (
+        "ifr_per_edit",
+        "preservation_macro",
+        "efficacy",
+        "specificity",
+    )
     assert "ifr_by_length.5" in spec.metric_paths() and "ifr_by_length" not in spec.metric_paths()
     assert spec.metrics["ifr"].direction == "lower" and spec.metrics["ifr"].label == "IFR"
     assert spec.metrics["specificity"].direction == "higher"
