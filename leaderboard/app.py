@@ -51,6 +51,7 @@ from knowgic.leaderboard.table import (
     TableQuery,
     column_headers,
     default_columns,
+    markdown_text,
     ranking_choice,
     row_label,
     skipped_frame,
@@ -333,14 +334,15 @@ def _frame_update(shown: Any) -> gr.Dataframe:
 def _status(shown: Any, model: str | None, notice: str = "") -> str:
     """The line above the ranking: how many results, of which model, the columns holding one value, and the
     ranking's edit set (its header)."""
+    # every name here comes from results files: Markdown and HTML in them stay text
     model, _ = split_choice(model)
     what = f"{shown.total} result(s)"
     if model and model != ALL_MODELS:
-        what += f" of {model}"
+        what += f" of {markdown_text(model)}"
     if shown.ranking is not None:
-        what += f" · ranking on {shown.ranking.edit_set}"
+        what += f" · ranking on {markdown_text(shown.ranking.edit_set)}"
     context = " · ".join(
-        f"dataset {value}" if key == "dataset" else value
+        f"dataset {markdown_text(value)}" if key == "dataset" else markdown_text(value)
         for key, value in shown.constant.items()
         if key != "model"
     )
@@ -733,7 +735,7 @@ class CompareTab:
 
     def build(self) -> None:
         with gr.Tab("Compare", id="compare"):
-            gr.Markdown("Two runs of one model: B − A per metric with a paired bootstrap interval.")
+            gr.Markdown("Two runs of one model: B − A per metric, with the interval of its paired test.")
             with gr.Row():
                 self.model = gr.Dropdown(label="Model", allow_custom_value=True, elem_id="kg-compare-model")
                 self.a = gr.Dropdown(label="A", allow_custom_value=True, elem_id="kg-compare-a")

@@ -116,6 +116,17 @@ def text(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+
+
+def markdown_text(value: Any) -> str:
+    """Anything from a results file, manifest or queue put into Markdown (a status line, a header): HTML
+    escaped and every Markdown character backslash-escaped, so ``![x](http://…)``, ``[link](…)`` or
+    ``<img src=x>`` in a name shows as those characters and makes no element (no image is fetched)."""
+    escaped = html.escape("" if value is None else " ".join(str(value).split()), quote=False)
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", escaped)
+
+
 @dataclass(frozen=True)
 class MetricCell:
     """One metric of one row: ``value`` None means undefined, for ``reason``."""

@@ -636,3 +636,23 @@ def test_the_space_entry_serves_the_configured_store_folder(monkeypatch, tmp_pat
     (tmp_path / "given").mkdir()
     assert serving_store(None) == tmp_path / "space-store"
     assert serving_store(tmp_path / "given") == tmp_path / "given"  # an explicit folder wins
+
+
+def test_names_put_into_markdown_stay_text() -> None:
+    """A model or edit set named with an image, a link, emphasis or HTML shows those characters: after
+    escaping, a Markdown renderer makes no element from them."""
+    import html
+    import re
+
+    import markdown_it
+
+    from knowgic.leaderboard.table import markdown_text
+
+    md = markdown_it.MarkdownIt("commonmark", {"html": True})
+    for name in ("![x](http://example.com/i.png)", "[click](http://example.com)", "<img src=x onerror=alert(1)>",
+                 "**bold** _it_ `code` # head", "a\u2028b > quote | pipe"):  # fmt: skip
+        rendered = md.renderInline(f"status of {markdown_text(name)}")
+        assert "<img" not in rendered and "<a " not in rendered and "<strong>" not in rendered, rendered
+        assert "<em>" not in rendered and "<code>" not in rendered, rendered
+        shown = html.unescape(re.sub(r"<[^>]+>", "", rendered))
+        assert shown == f"status of {' '.join(name.split())}", shown  # the characters, as typed
