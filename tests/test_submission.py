@@ -198,6 +198,11 @@ def test_yaml_problems_name_line_and_column(tmp_path: Path, text: str, expected:
             "field models/1: '/srv/models/gpt2' is not a hub id",
         ),
         ({"models": ["../x"]}, "field models/0: '../x' is not a hub id"),
+        # a mistyped offline name is refused at submit, before an image is built for a job that would fail
+        (
+            {"models": ["knowgic-tinny"], "hparams": {"knowgic-tinny": {}}},
+            r"field models/0: unknown model 'knowgic-tinny': did you mean 'knowgic-tiny'\?",
+        ),
         ({"requirements": ["--index-url=http://evil/"]}, "field requirements/0: .* is a pip option"),
         (
             {"requirements": ["numpy>=1.26", "not a requirement!"]},

@@ -207,12 +207,20 @@ _MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*
 
 
 def _check_models(manifest: dict[str, Any], shown: str) -> None:
+    """Each model is an offline name or a possible hub id, checked as ``knowgic evaluate`` checks it (a name
+    close to an offline one is taken for a typo), before anything is stored or an image built."""
+    from knowgic.models.loading import resolve_source
+
     for index, model in enumerate(manifest["models"]):
         if not _MODEL_ID.match(model) or ".." in model:
             raise SubmissionError(
                 f"{shown} field models/{index}: {model!r} is not a hub id (owner/name) or an offline model name; "
                 "a submission cannot name files of the machine that runs it"
             )
+        try:
+            resolve_source(model)
+        except KnowgicError as exc:
+            raise SubmissionError(f"{shown} field models/{index}: {exc}") from None
 
 
 def _check_requirements(manifest: dict[str, Any], shown: str) -> None:
