@@ -7,6 +7,7 @@ wires them together and turns :class:`~knowgic.errors.KnowgicError` into one-lin
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -79,8 +80,50 @@ def _command_line(args: argparse.Namespace) -> str:
     return " ".join(["knowgic", *words])
 
 
+def _command_parser(
+    parser: argparse.ArgumentParser, argv: Sequence[str]
+) -> tuple[argparse.ArgumentParser, str]:
+    """The (sub-)parser that ``argv``'s leading command words select, and those words (``runner submit``)."""
+    words = ["knowgic"]
+    for word in argv:
+        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not actions or word not in actions[0].choices:
+            break
+        parser = actions[0].choices[word]
+        words.append(word)
+    return parser, " ".join(words)
+
+
+def _flag_typo(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
+    """One line for the first ``--flag`` the selected command does not have (nor abbreviates), with the
+    closest of its flags: argparse would say only that another argument is required, or print the top-level
+    usage with "unrecognized arguments"."""
+    command, words = _command_parser(parser, argv)
+    flags = [f for a in command._actions for f in a.option_strings if f.startswith("--")]
+    for token in argv:
+        if token == "--":
+            break
+        if not token.startswith("--") or token == "--":
+            continue
+        name = token.split("=", 1)[0]
+        if name in flags or any(f.startswith(name) for f in flags):  # argparse takes unique prefixes
+            continue
+        # swapped letters first (--modle is --model, not --mode), then the closest spelling
+        close = [f for f in flags if sorted(f) == sorted(name)] or difflib.get_close_matches(
+            name, flags, n=1, cutoff=0.6
+        )
+        hint = f": did you mean {close[0]}?" if close else f" (see {words} --help)"
+        return f"{words} has no option {name}{hint}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    typo = _flag_typo(parser, argv)
+    if typo is not None:
+        print(f"error: {printable(clip(typo, ERROR_LIMIT))}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -73,3 +73,23 @@ def test_an_error_message_is_bounded(capsys, tmp_path) -> None:
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1
     assert len(err) <= ERROR_LIMIT + 40 and "chars]…" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (
+            ["evaluate", "--modle", "knowgic-tiny"],
+            "knowgic evaluate has no option --modle: did you mean --model?",
+        ),
+        (["evaluate", "--editor", "rome", "--limt", "2"], "did you mean --limit?"),
+        (["runner", "submit", "--datset-version", "1.1.0", "x.tgz"], "did you mean --dataset-version?"),
+        (["build", "--zzzzzz"], "knowgic build has no option --zzzzzz (see knowgic build --help)"),
+    ],
+)
+def test_a_mistyped_flag_gets_one_line_with_the_closest_flag(argv: list[str], says: str, capsys) -> None:
+    from knowgic.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
