@@ -80,26 +80,29 @@ def _command_line(args: argparse.Namespace) -> str:
     return " ".join(["knowgic", *words])
 
 
-def _command_parser(
+def _command_parsers(
     parser: argparse.ArgumentParser, argv: Sequence[str]
-) -> tuple[argparse.ArgumentParser, str]:
-    """The (sub-)parser that ``argv``'s leading command words select, and those words (``runner submit``)."""
-    words = ["knowgic"]
+) -> tuple[list[argparse.ArgumentParser], str]:
+    """The parsers that ``argv``'s command words pass through (``knowgic``, ``runner``, ``submit``: each may
+    declare options), and those words."""
+    parsers, words = [parser], ["knowgic"]
     for word in argv:
-        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if word.startswith("-"):
+            continue
+        actions = [a for a in parsers[-1]._actions if isinstance(a, argparse._SubParsersAction)]
         if not actions or word not in actions[0].choices:
             break
-        parser = actions[0].choices[word]
+        parsers.append(actions[0].choices[word])
         words.append(word)
-    return parser, " ".join(words)
+    return parsers, " ".join(words)
 
 
 def _flag_typo(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
     """One line for the first ``--flag`` the selected command does not have (nor abbreviates), with the
     closest of its flags: argparse would say only that another argument is required, or print the top-level
     usage with "unrecognized arguments"."""
-    command, words = _command_parser(parser, argv)
-    flags = [f for a in command._actions for f in a.option_strings if f.startswith("--")]
+    parsers, words = _command_parsers(parser, argv)
+    flags = [f for p in parsers for a in p._actions for f in a.option_strings if f.startswith("--")]
     for token in argv:
         if token == "--":
             break
