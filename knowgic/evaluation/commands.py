@@ -18,7 +18,7 @@ from knowgic.argtypes import (
 )
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
-from knowgic.intervals import DEFAULT_LEVEL
+from knowgic.intervals import BOOTSTRAP_METHODS, DEFAULT_LEVEL, METHODS
 
 if TYPE_CHECKING:
     from knowgic.paired import MetricDifference
@@ -410,9 +410,13 @@ def print_results(
             if uncertainty.get("methods_by_kind")
             else uncertainty["method"]
         )
+        entries = [e for m in document["metrics"].values() for e in ([m] if "value" in m else m.values())]
+        methods = {e.get("interval_method") for e in entries}
+        resampled = any(METHODS[b] in methods for b in BOOTSTRAP_METHODS)
+        drawn = f", {uncertainty['resamples']} resamples, seed {uncertainty['seed']}" if resampled else ""
         console.print(
-            f"intervals: {level}, {how}, {n['edits']} edits, {uncertainty['resamples']} resamples, "
-            f"seed {uncertainty['seed']}; † few edits: below 10 effective edits (docs/metrics.md)"
+            f"intervals: {level}, {how}, {n['edits']} edits{drawn}; † few edits: below 10 effective edits "
+            "(docs/metrics.md)"
         )
     t = document["timing"]
     pre = "from cache" if t.get("pre_scores_cached") else f"{t.get('pre_scoring_seconds', 0.0):.1f} s"
