@@ -116,7 +116,9 @@ def text(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]()!|~])")
+"""Characters that make Markdown inline elements (emphasis, code, links, images, tables, strikethrough); a
+name is one line inside a sentence, so the marks that act only at a line's start (#, -, 1., >) cannot act."""
 
 
 def markdown_text(value: Any) -> str:
