@@ -41,7 +41,6 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from tqdm import tqdm
 
 from knowgic.argtypes import add_dataset_version_argument, add_subcommands, positive_int, positive_seconds
-from knowgic.dataset.loading import dataset_ref, load_cases
 from knowgic.dataset.private import read_private_split
 from knowgic.errors import KnowgicError
 from knowgic.paths import cache_dir
@@ -179,8 +178,6 @@ def _worker(args: argparse.Namespace) -> int:
     private = None
     if args.private_dataset is not None:  # the operator's mistake fails here, not in every job
         private = read_private_split(args.private_dataset)
-        public = dataset_ref(None)
-        private.check_edits(load_cases(public.version), public.version)
     executor = default_executor(gpus, queue.queue_id, private_dataset=args.private_dataset)
     device = worker_module.device_label(gpus)
     print(
@@ -188,13 +185,13 @@ def _worker(args: argparse.Namespace) -> int:
         f"{signer.fingerprint}",
         flush=True,
     )
-    if private is not None:
-        edits = len({case.request for case in private.cases})
-        print(
-            f"worker {worker_id}: private split {private.folder} ({len(private.cases)} chains of {edits} edits, "
-            f"sha256 {private.ref.sha256[:12]}…), scored beside the public chains",
-            flush=True,
-        )
+    if private is None:
+        # Where no private split exists (knowgic-tiny: every fact it knows is on a published chain), the
+        # public figures rank, and a submission that learned the published chains can buy its rank.
+        print(f"worker {worker_id}: no private split: jobs are ranked on the public data", flush=True)
+    else:
+        scope = f"jobs on {private.model}" if private.ranks else f"jobs on {private.based_on} (a drill)"
+        print(f"worker {worker_id}: {private.describe()}, scored with {scope}", flush=True)
 
     def report(line: str) -> None:
         print(printable(f"{time.strftime('%H:%M:%S')} {line}"), flush=True)
@@ -441,8 +438,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         default=None,
         metavar="PATH",
-        help="a private split (dataset folder, same schemas; knowgic dataset holdout writes one) that the score "
-        "stage alone sees: results carry public and private figures side by side",
+        help="a private split (knowgic dataset holdout writes one) that only the trusted stages see, scored with "
+        "the jobs it applies to (its model's): its edits follow the public ones, its figures rank",
     )
     w.add_argument("--once", action="store_true", help="run at most one job, and stop when none is waiting")
     w.add_argument("--drain", action="store_true", help="run jobs until none is waiting, then stop")

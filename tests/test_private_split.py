@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from knowgic.dataset.loading import load_rows
-from knowgic.dataset.private import read_private_split, write_holdout, write_split
+from knowgic.dataset.private import read_private_split, write_drill, write_split
 from knowgic.dataset.validate import validate_folder
 from knowgic.editors.hparams import load_hparams
 from knowgic.errors import KnowgicError
@@ -39,7 +39,7 @@ LIMIT = 3
 
 @pytest.fixture(scope="module")
 def holdout(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_holdout(tmp_path_factory.mktemp("private") / "split", fraction=0.2, seed=0)
+    return write_drill(tmp_path_factory.mktemp("private") / "split", fraction=0.2, seed=0)
 
 
 def _edit_id(row: dict[str, Any]) -> str:
@@ -66,7 +66,7 @@ def test_holdout_holds_out_published_chains_of_every_edit(holdout: Path) -> None
 
 def test_holdout_command_refuses_a_folder_in_use(holdout: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "knowgic.cli", "dataset", "holdout", "--out", str(holdout)],
+        [sys.executable, "-m", "knowgic.cli", "dataset", "holdout", "--drill", "--out", str(holdout)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -86,23 +86,25 @@ def test_a_tampered_split_is_refused_in_one_line(holdout: Path, tmp_path: Path) 
     chains.write_text(chains.read_text().replace('"Chelsea Clinton"', '"Someone Else"', 1))
     with pytest.raises(KnowgicError) as caught:
         read_private_split(copy)
-    assert str(caught.value).startswith(f"private split {copy}: ") and "\n" not in str(caught.value)
+    message = str(caught.value)  # the path once, in the validator's words
+    assert (
+        message.startswith(f"private split: {copy}/version.json: content hash mismatch")
+        and "\n" not in message
+    )
 
 
 def test_a_split_editing_what_the_public_version_does_not_request_is_refused(tmp_path: Path) -> None:
     row = dict(load_rows("chains")[0])
     row["requested_rewrite"] = [{**row["requested_rewrite"][0], "target_new": {"str": "Nobody Known"}}]
-    split = write_split(tmp_path / "split", [row], {}, "1.1.0", "A split with a foreign edit.")
+    drill = {"private_kind": "drill", "based_on": "1.1.0"}
+    split = write_split(tmp_path / "split", [row], {}, "1.1.0", "A split with a foreign edit.", drill)
     spec = JobSpec(model="knowgic-tiny", editor="none", limit=1)
     (tmp_path / "deltas").mkdir()
     with pytest.raises(KnowgicError) as caught:  # before the model loads: loaded is not given
         run_score_stage(spec, tmp_path / "deltas", tmp_path / "out", private_dataset=split)
     message = str(caught.value)
-    assert message.startswith(f"private split {split}: chain {row['case_id']} edits ")
-    assert message.endswith(
-        "which is not an edit request of the public dataset 1.1.0; the edit stage applies only the public "
-        "edit requests"
-    )
+    assert message.startswith(f"private split {split} (a drill): chain {row['case_id']} edits ")
+    assert message.endswith("which is not an edit request of the public dataset 1.1.0")
 
 
 @pytest.fixture(scope="module", params=["independent", "sequential"])
@@ -114,7 +116,10 @@ def split_run(
     hparams, _ = load_hparams("rome", knowgic_tiny.model_id, knowgic_tiny.family, required=False)
     spec = JobSpec(model="knowgic-tiny", editor="rome", hparams=hparams, mode=mode, limit=LIMIT)
     root = tmp_path_factory.mktemp(f"split-{mode}")
-    run_edit_stage(spec, edit_requests(spec), None, root / "deltas", loaded=knowgic_tiny)
+    # The prepare stage appends the split's edit requests (here: the public ones again) as a second group.
+    requests = edit_requests(spec, read_private_split(holdout))
+    assert requests.group_sizes() == (LIMIT, LIMIT)
+    run_edit_stage(spec, requests, None, root / "deltas", loaded=knowgic_tiny)
     path = run_score_stage(
         spec, root / "deltas", root / "out", loaded=knowgic_tiny, plots=False, private_dataset=holdout
     )
@@ -194,7 +199,8 @@ def test_the_score_command_takes_the_private_split(knowgic_tiny, holdout: Path, 
     spec = JobSpec(model="knowgic-tiny", editor="none", limit=2)
     job = tmp_path / "job.json"
     job.write_text(spec.to_json())
-    run_edit_stage(spec, edit_requests(spec), None, tmp_path / "deltas", loaded=knowgic_tiny)
+    requests = edit_requests(spec, read_private_split(holdout))
+    run_edit_stage(spec, requests, None, tmp_path / "deltas", loaded=knowgic_tiny)
     args = ["score", "--job", str(job), "--deltas", str(tmp_path / "deltas"), "--out", str(tmp_path / "out")]
     code = main([*args, "--no-plots", "--private-dataset", str(holdout)])
     assert code == 0

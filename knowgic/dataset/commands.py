@@ -12,7 +12,9 @@ from typing import Any
 
 from knowgic.argtypes import DATASET_VERSION_HELP as VERSION_HELP
 from knowgic.argtypes import add_subcommands, open_unit_fraction
+from knowgic.dataset.private import DEFAULT_FRACTION, MIN_PRIVATE_EDITS
 from knowgic.dataset.tracks import DEFAULT_RESERVE_SHARE, DEFAULT_SEED
+from knowgic.errors import KnowgicError
 
 
 def _cmd_path(args: argparse.Namespace) -> int:
@@ -71,12 +73,22 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _cmd_holdout(args: argparse.Namespace) -> int:
-    from knowgic.dataset.private import read_private_split, write_holdout
+    from knowgic.dataset.private import read_private_split, write_disjoint, write_drill
 
-    out = write_holdout(args.out, args.version, args.fraction, args.seed)
+    if (args.build is None) == (not args.drill):
+        raise KnowgicError("dataset holdout: give --from BUILD (a private split) or --drill (a drill)")
+    if args.drill:
+        out = write_drill(args.out, args.version, args.fraction, args.seed)
+    else:
+        draw = write_disjoint(args.build, args.out)
+        out = draw.out
+        if draw.dropped_rows:
+            print(
+                f"dropped {draw.dropped_rows} chains ({draw.dropped_edits} whole edits) that share a fact or "
+                f"an edit subject with the published data, e.g. {draw.first_problem}"
+            )
     split = read_private_split(out)
-    edits = len({case.request for case in split.cases})
-    print(f"{out}: {len(split.cases)} chains of {edits} edits, sha256 {split.ref.sha256}")
+    print(f"{split.describe()}, sha256 {split.ref.sha256}")
     print("mount it into the score stage only: knowgic runner worker --private-dataset " + str(out))
     return 0
 
@@ -144,17 +156,29 @@ def register(subparsers: Any) -> None:
     s.set_defaults(func=_cmd_summary)
     h = ds_sub.add_parser(
         "holdout",
-        help="write a private split: chains of a published version held out per edit (same schemas)",
-        description="Holds out a share of each edit's chains (a seeded hash picks them) into a new dataset "
-        "folder, for the runner's --private-dataset. A real private split holds chains that were never "
-        "published, in the same shape; this one exercises the machinery.",
+        help="write a private split: new edits of a build that share no fact with the published data",
+        description="--from BUILD: keeps every chain of a knowgic build output (facts one model knows, grown "
+        "from seeds the published data does not use) that shares no fact (subject, relation, object) and no "
+        "edit subject with any shipped version, and refuses a build that leaves fewer than "
+        f"{MIN_PRIVATE_EDITS} edits. --drill: holds out a share of each published edit's chains (a seeded "
+        "hash picks them), to exercise the machinery; a drill shares every graph with the public data, so it "
+        "never ranks.",
     )
     h.add_argument("--out", required=True, help="the new folder (must not exist, or be empty)")
-    h.add_argument("--version", default=None, help="X.Y.Z of the published chains (default: the latest)")
     h.add_argument(
-        "--fraction", type=float, default=0.2, help="share of each edit's chains to hold out (default 0.2)"
+        "--from", dest="build", default=None, metavar="BUILD", help="a knowgic build output folder"
     )
-    h.add_argument("--seed", type=int, default=0, help="which chains the hash picks (default 0)")
+    h.add_argument("--drill", action="store_true", help="held-out published chains (never ranks)")
+    h.add_argument(
+        "--version", default=None, help="--drill: X.Y.Z of the published chains (default: the latest)"
+    )
+    h.add_argument(
+        "--fraction",
+        type=open_unit_fraction,
+        default=DEFAULT_FRACTION,
+        help=f"--drill: share of each edit's chains to hold out (default {DEFAULT_FRACTION:g})",
+    )
+    h.add_argument("--seed", type=int, default=0, help="--drill: which chains the hash picks (default 0)")
     h.set_defaults(func=_cmd_holdout)
     t = ds_sub.add_parser(
         "track",

@@ -1,56 +1,156 @@
 """Private splits: chains the operator keeps from the public, scored only where submitted code never runs.
 
-A public test set can be memorised: a submission may hard-code the published chains' answers. A private split
-is a dataset folder in the published shape (``version.json`` with its content hash, ``aliases.json``,
-``data/{chains,edits,facts}-test.jsonl``, a card), whose chains are never published, mounted into the
-runner's score stage only. Its edit requests must be edit requests of the public version (all of them or
-some): the untrusted edit stage only ever sees those, so the private chains test the very same edits through
-chains the submission could not read.
+A public test set can be memorised: a submission may carry the published chains (compressed, encoded) and
+unlearn their facts after its edit. Chains of the *published edits* do not protect against that (they walk
+the same graphs, so a method that learned the published chains carries over to them). A private split that
+protects a ranking holds **new edit requests whose chains, broader context and edited facts share no fact
+(no subject, relation and object) with any published version, and no edit subject with any published
+entity**. Their requests reach the untrusted edit stage like the public ones (requests only); their chains
+are mounted into the trusted score stage only.
 
-    knowgic dataset holdout --out DIR [--version X.Y.Z] [--fraction 0.2] [--seed 0]
-        published chains held out per edit -> DIR           (tests and drills: a real private split holds
-                                                             chains that were never published)
-    read_private_split(DIR) -> PrivateSplit                  (card, schemas, content hash: knowgic validate)
-    PrivateSplit.check_edits(public cases)                   (each private edit is a public edit request)
+    knowgic build --model M --seeds PRIVATE_SEEDS ... --out BUILD    (facts the model knows)
+    knowgic dataset holdout --from BUILD --out DIR
+        BUILD's chains rows ──drop every row sharing a fact or an edit subject with a shipped version──>
+        at least MIN_PRIVATE_EDITS edits left, else one line saying no private split can be drawn
+        ──> DIR (kind "disjoint", the model it was built for, the versions it was checked against)
+
+    knowgic dataset holdout --drill --version X.Y.Z --out DIR
+        published chains held out per edit ──> DIR (kind "drill": exercises the machinery, never ranks)
+
+    read_private_split(DIR) -> PrivateSplit        (card, schemas, content hash: knowgic validate; a
+                                                    disjoint split is checked again against every shipped
+                                                    version, so a later release that overlaps it is caught)
+    PrivateSplit.problem_for(model, version)       (why the split does not apply to a job, or None)
+
+For ``knowgic-tiny`` no disjoint split exists: it is trained on the main track's facts, and every fact of
+1.1.0 lies on a published chain.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from knowgic.dataset.io import alias_lists, clean_aliases, read_json, read_rows
 from knowgic.dataset.loading import DatasetRef, load_rows
-from knowgic.dataset.versions import ALIASES_FILE, VERSION_FILE, config_path, resolve_version
+from knowgic.dataset.versions import (
+    ALIASES_FILE,
+    VERSION_FILE,
+    available_versions,
+    config_path,
+    resolve_version,
+)
 from knowgic.errors import KnowgicError
 from knowgic.records import AliasMap, Case
 
 PRIVATE_NAME = "knowgic-private"
 DEFAULT_FRACTION = 0.2
+DISJOINT = "disjoint"
+DRILL = "drill"
+PRIVATE_KINDS = (DISJOINT, DRILL)
+# Below this many edits a private split cannot rank: the per-edit intervals and the public-private check
+# rest on edits (docs/metrics.md: the interval methods need about ten).
+MIN_PRIVATE_EDITS = 10
+
+FactKey = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Published:
+    """What every shipped dataset version shows: its facts (subject, prompt, answer) and entities."""
+
+    versions: tuple[str, ...]
+    facts: frozenset[FactKey]
+    entities: frozenset[str]
+
+    def row_problem(self, row: Mapping[str, Any]) -> str | None:
+        """Why a chains row would not protect a ranking (a shared fact or edit subject), or None."""
+        from knowgic.dataset.tracks import row_facts
+
+        subject = row["requested_rewrite"][0]["subject"]
+        if subject in self.entities:
+            return f"its edit subject {subject!r} is an entity of the published data"
+        shared = sorted(row_facts(row) & self.facts)
+        if shared:
+            s, p, a = shared[0]
+            return f"it shares the fact ({s!r}, {p!r}, {a!r}) with the published data"
+        return None
+
+
+@lru_cache(maxsize=1)
+def published() -> Published:
+    """Every fact and entity of every version the benchmark spec declares (every track's)."""
+    from knowgic.dataset.tracks import fact_entities, row_facts
+
+    versions = tuple(available_versions())
+    facts: set[FactKey] = set()
+    for version in versions:
+        for row in load_rows("chains", version):
+            facts |= row_facts(row)
+    return Published(versions, frozenset(facts), frozenset(fact_entities(facts)))
 
 
 @dataclass(frozen=True)
 class PrivateSplit:
-    """A private split read from ``folder``: its chains (``case_id`` order), aliases and reference."""
+    """A private split read from ``folder``: its chains (``case_id`` order), aliases, reference, ``kind``
+    (:data:`DISJOINT` or :data:`DRILL`), the model its graph was built for (disjoint splits) and the public
+    version its edits come from (drills)."""
 
     folder: Path
     cases: list[Case]
     aliases: AliasMap
     ref: DatasetRef
+    kind: str
+    model: str | None = None
+    based_on: str | None = None
+
+    @property
+    def ranks(self) -> bool:
+        """Whether the split can rank: a disjoint split; a drill shares every graph with the public one."""
+        return self.kind == DISJOINT
+
+    def edit_count(self) -> int:
+        return len({case.request for case in self.cases})
+
+    def describe(self) -> str:
+        what = (
+            f"new edits, disjoint from every shipped version, built for {self.model}"
+            if self.ranks
+            else f"a drill: chains of {self.based_on}'s edits, never ranks"
+        )
+        return (
+            f"private split {self.folder} ({len(self.cases)} chains of {self.edit_count()} edits, {what}; "
+            f"sha256 {self.ref.sha256[:12]}…)"
+        )
+
+    def problem_for(self, model: str, dataset_version: str) -> str | None:
+        """Why this split is not scored with a job of ``model`` on ``dataset_version`` (None: it is). A
+        disjoint split holds facts its model knows; a drill holds chains of one public version's edits."""
+        if self.ranks:
+            if self.model is not None and model != self.model:
+                return f"it was built for {self.model}, not {model}"
+            return None
+        if dataset_version != self.based_on:
+            return f"it is a drill of {self.based_on}'s edits, the job runs {dataset_version}"
+        return None
 
     def check_edits(self, public: Sequence[Case], public_version: str) -> None:
-        """Refuse a private chain whose edit request is not one of the public version's."""
+        """A drill: refuse a chain whose edit request is not one of the public version's."""
+        if self.ranks:
+            return
         known = {case.request for case in public}
         for case in self.cases:
             if case.request not in known:
                 request = case.request
                 raise KnowgicError(
-                    f"private split {self.folder}: chain {case.case_id} edits {request.rewrite_text!r} -> "
-                    f"{request.target_new!r} (edit {request.edit_id}), which is not an edit request of the "
-                    f"public dataset {public_version}; the edit stage applies only the public edit requests"
+                    f"private split {self.folder} (a drill): chain {case.case_id} edits "
+                    f"{request.rewrite_text!r} -> {request.target_new!r} (edit {request.edit_id}), which is "
+                    f"not an edit request of the public dataset {public_version}"
                 )
 
 
@@ -69,14 +169,26 @@ def read_private_split(folder: str | Path) -> PrivateSplit:
             if len(report.errors) > 1
             else ""
         )
-        raise KnowgicError(f"private split {folder}: {report.errors[0].render()}{more}")
+        raise KnowgicError(f"private split: {report.errors[0].render()}{more}")
     info = read_json(folder / VERSION_FILE)
-    cases = sorted(
-        (Case.from_row(dict(row)) for row in read_rows(config_path(folder, info, "chains"))),
-        key=lambda c: c.case_id,
-    )
-    if not cases:
+    # Splits written before kinds were recorded are held-out published chains: drills.
+    kind = info.get("private_kind") or (DRILL if "holdout" in info else None)
+    if kind not in PRIVATE_KINDS:
+        raise KnowgicError(
+            f"private split {folder}: {VERSION_FILE} names no private_kind ({' or '.join(PRIVATE_KINDS)}); "
+            "write splits with knowgic dataset holdout"
+        )
+    rows = [dict(row) for row in read_rows(config_path(folder, info, "chains"))]
+    if not rows:
         raise KnowgicError(f"private split {folder} holds no chain")
+    if kind == DISJOINT:  # checked on every read: a version released after the split may overlap it
+        _, reasons = disjoint_rows(rows, published())
+        if reasons:
+            raise KnowgicError(
+                f"private split {folder}: {reasons[0]} ({len(reasons)} of {len(rows)} chains share facts "
+                "with a shipped version); draw a new split: knowgic dataset holdout --from BUILD"
+            )
+    cases = sorted((Case.from_row(row) for row in rows), key=lambda c: c.case_id)
     raw = read_json(folder / ALIASES_FILE)
     if not isinstance(raw, dict):
         raise KnowgicError(f"{folder / ALIASES_FILE}: expected a JSON object")
@@ -86,7 +198,15 @@ def read_private_split(folder: str | Path) -> PrivateSplit:
         config="chains",
         sha256=str(info["sha256"]),  # validate_folder recomputed it
     )
-    return PrivateSplit(folder=folder, cases=cases, aliases=clean_aliases(alias_lists(raw)), ref=ref)
+    return PrivateSplit(
+        folder=folder,
+        cases=cases,
+        aliases=clean_aliases(alias_lists(raw)),
+        ref=ref,
+        kind=kind,
+        model=info.get("model"),
+        based_on=info.get("based_on"),
+    )
 
 
 def _rank(seed: int, case_id: int) -> str:
@@ -108,10 +228,10 @@ def held_out_rows(rows: Sequence[dict], fraction: float, seed: int) -> list[dict
     return sorted(kept, key=lambda r: int(r["case_id"]))
 
 
-def write_holdout(
+def write_drill(
     out: str | Path, version: str | None = None, fraction: float = DEFAULT_FRACTION, seed: int = 0
 ) -> Path:
-    """Write a private split of the published ``version``'s chains held out per edit into ``out`` (which
+    """Write a drill split of the published ``version``'s chains held out per edit into ``out`` (which
     must not exist or be empty); returns ``out``."""
     from knowgic.dataset.loading import load_aliases
 
@@ -120,11 +240,101 @@ def write_holdout(
     base = resolve_version(version)
     rows = held_out_rows(load_rows("chains", base), fraction, seed)
     summary = (
-        f"A private split for the runner's score stage: {len(rows)} chains of KnowGIC {base} held out per "
-        f"edit (fraction {fraction:g}, seed {seed}). Keep it where submitted code never runs."
+        f"A drill for the runner's private-split machinery: {len(rows)} published chains of KnowGIC {base} "
+        f"held out per edit (fraction {fraction:g}, seed {seed}). It shares every graph with {base}, so it "
+        "never ranks."
     )
     aliases = {name: list(names) for name, names in load_aliases(base).items()}
-    return write_split(out, rows, aliases, base, summary, {"holdout": {"fraction": fraction, "seed": seed}})
+    record = {"private_kind": DRILL, "based_on": base, "holdout": {"fraction": fraction, "seed": seed}}
+    return write_split(out, rows, aliases, base, summary, record)
+
+
+@dataclass(frozen=True)
+class DisjointDraw:
+    """What :func:`write_disjoint` kept of a build and why it dropped the rest."""
+
+    out: Path
+    rows: int
+    edits: int
+    dropped_rows: int
+    dropped_edits: int
+    first_problem: str | None
+
+
+def disjoint_rows(rows: Sequence[Mapping[str, Any]], shown: Published) -> tuple[list[dict], list[str]]:
+    """The rows that share nothing with the published data, and the reason each other row was dropped."""
+    kept, reasons = [], []
+    for row in rows:
+        problem = shown.row_problem(row)
+        if problem is None:
+            kept.append(dict(row))
+        else:
+            reasons.append(f"chain {row['case_id']}: {problem}")
+    return kept, reasons
+
+
+def write_disjoint(build: str | Path, out: str | Path, min_edits: int = MIN_PRIVATE_EDITS) -> DisjointDraw:
+    """A disjoint private split from a ``knowgic build`` output folder ``build``: every row of the build
+    that shares no fact and no edit subject with any shipped version, written into ``out``. Refuses, before
+    writing anything, a build that leaves fewer than ``min_edits`` edits (one line with the counts and the
+    first reason)."""
+    from knowgic.dataset.validate import validate_folder
+
+    build = Path(build)
+    if not (build / VERSION_FILE).is_file():
+        raise KnowgicError(f"--from {build}: not a knowgic build output folder (no {VERSION_FILE})")
+    report = validate_folder(build)
+    if report.errors:
+        raise KnowgicError(f"--from {build}: {report.errors[0].render()}")
+    info = read_json(build / VERSION_FILE)
+    model = ((info.get("source") or {}).get("model") or {}).get("id")
+    if not model:
+        raise KnowgicError(
+            f"--from {build}: {VERSION_FILE} names no source model; a private split holds facts one model "
+            "knows, so it must come from a knowgic build output"
+        )
+    rows = [dict(r) for r in read_rows(config_path(build, info, "chains"))]
+    shown = published()
+    kept, reasons = disjoint_rows(rows, shown)
+    edits = {Case.from_row(r).request.edit_id for r in kept}
+    all_edits = {Case.from_row(r).request.edit_id for r in rows}
+    if len(edits) < min_edits:
+        first = f"; e.g. {reasons[0]}" if reasons else ""
+        raise KnowgicError(
+            f"no private split can be drawn from {build} for {model}: {len(edits)} of its {len(all_edits)} "
+            f"edits share no fact and no edit subject with the {len(shown.versions)} shipped versions, at "
+            f"least {min_edits} are needed{first}. Build from seed facts the published data does not use"
+        )
+    raw = read_json(build / ALIASES_FILE)
+    named = {e for r in kept for e in _row_entities(r)}
+    aliases = {k: list(v) for k, v in alias_lists(raw).items() if k in named}
+    summary = (
+        f"A private split for the runner's score stage: {len(kept)} chains of {len(edits)} new edits that "
+        f"{model} knows, sharing no fact and no edit subject with KnowGIC's shipped versions "
+        f"({', '.join(shown.versions)}). Keep it where submitted code never runs; never publish it."
+    )
+    record = {
+        "private_kind": DISJOINT,
+        "model": model,
+        "disjoint_from": list(shown.versions),
+        "drawn_from": {"build_sha256": info["sha256"], "rows": len(rows), "dropped_rows": len(reasons)},
+    }
+    version = str(info.get("version") or "0.1.0")
+    write_split(out, kept, aliases, version, summary, record)
+    return DisjointDraw(
+        Path(out),
+        len(kept),
+        len(edits),
+        len(reasons),
+        len(all_edits - edits),
+        reasons[0] if reasons else None,
+    )
+
+
+def _row_entities(row: Mapping[str, Any]) -> set[str]:
+    from knowgic.dataset.tracks import fact_entities, row_facts
+
+    return fact_entities(row_facts(row)) | {row["requested_rewrite"][0]["target_new"]["str"]}
 
 
 def write_split(
@@ -136,8 +346,8 @@ def write_split(
     record: dict | None = None,
 ) -> Path:
     """Write ``rows`` (chains) as a private split folder in the published shape: the derived configs, the
-    aliases, a card and ``version.json`` with the content hash, named ``knowgic-private`` and versioned as
-    the public version ``base`` its edits come from (``record`` adds fields to version.json)."""
+    aliases, a card and ``version.json`` with the content hash, named ``knowgic-private`` and versioned
+    ``base`` (``record`` adds fields to version.json)."""
     from knowgic.dataset.build import BuiltVersion, version_files, write_version
 
     out = Path(out)
@@ -146,7 +356,7 @@ def write_split(
     built = BuiltVersion(version=base, summary=summary, chains=list(rows), aliases=aliases, changes=[])
     files = version_files(built, [built])
     info = json.loads(files[VERSION_FILE])
-    info.update({"name": PRIVATE_NAME, "based_on": base, **(record or {})})
+    info.update({"name": PRIVATE_NAME, **(record or {})})
     files[VERSION_FILE] = json.dumps(info, indent=2, ensure_ascii=False) + "\n"
     out.mkdir(parents=True, exist_ok=True)
     write_version(out, files)

@@ -237,14 +237,17 @@ def evaluate(
     private: PrivateSplit | None = None,
     provenance: Callable[[], Provenance] | None = None,
     plots: bool = True,
+    private_editor: Editor | None = None,
 ) -> EvaluationRun:
     """Run one evaluation and (when ``request.out_dir`` is set) write ``results.json`` and plots there.
 
     ``log`` gets one line per finished edit (applied, in sequential mode): the progress of a run whose
     stderr is not a terminal, where no bar is drawn. ``editor``: a ready editor instance to use instead of
     constructing ``request.editor`` (its ``hparams`` are recorded, with no source file); the runner's
-    score stage passes the editor that replays recorded deltas. ``private``: a private split whose chains
-    of the run's edits are scored too (:mod:`knowgic.evaluation.private`), into ``document["private"]``.
+    score stage passes the editor that replays recorded deltas. ``private``: a private split, whose edits are
+    applied and scored after the public ones, on the restored model (:mod:`knowgic.evaluation.private`),
+    into ``document["private"]``; ``private_editor`` applies them (default: the same editor; the score
+    stage replays the private edits' deltas with an editor of their own).
     ``provenance``: called once the edits are done, before the document is built, by the runner's score
     stage (:class:`Provenance`); the document is built once with its fields and hashed, never patched.
     ``plots``: write the plots beside ``results.json``.
@@ -278,11 +281,6 @@ def evaluate(
 
     with cpu_threads(loaded.model, loaded.device) as threads:
         pre, pre_cached, pre_seconds = pre_edit_scores(scorer, loaded, plan, ref.sha256, request.use_cache)
-        private_pre = None
-        if private is not None and second is not None:
-            private_pre, _, _ = pre_edit_scores(
-                scorer, loaded, second[0], private.ref.sha256, request.use_cache
-            )
         torch.manual_seed(request.seed)
         on_edit = None if log is None else edit_logger(editor.name, len(plan.edits), log)
         run = run_edits(
@@ -295,8 +293,24 @@ def evaluate(
             mode=request.mode,
             progress=progress,
             on_edit=on_edit,
-            private=None if second is None or private_pre is None else (second[0], private_pre),
         )
+        if private is not None and second is not None:
+            # After the public edits, on the restored model: the public scores are a run's without it.
+            private_pre, _, private_pre_seconds = pre_edit_scores(
+                scorer, loaded, second[0], private.ref.sha256, request.use_cache
+            )
+            torch.manual_seed(request.seed)  # as the public run starts: a drill's edits are the public ones
+            run.private = run_edits(
+                loaded.model,
+                loaded.tokenizer,
+                private_editor or editor,
+                scorer,
+                second[0],
+                private_pre,
+                mode=request.mode,
+                progress=progress,
+            )
+            run.private.pre_scoring_seconds = private_pre_seconds
     run.pre_from_cache, run.pre_scoring_seconds = pre_cached, pre_seconds
 
     if provenance is not None:

@@ -4,9 +4,9 @@
 with a parameter fingerprint that the restore was exact. ``sequential`` mode applies the edits one after
 another in dataset order and scores every edit's queries once at the end, then restores them all.
 
-A second plan (a private split, :mod:`knowgic.dataset.private`) over the same edits, or some of them, is
-scored while each edit is in place, right after the plan's own queries and in calls of its own, so the
-plan's scores are those of a run without it.
+A private split (:mod:`knowgic.dataset.private`) is a second plan with edits of its own: the caller runs
+this loop again over it, after the public plan and on the restored model, so the public scores are those of
+a run without it (and, in sequential mode, the two sequences never mix).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class RunScores:
     scoring_seconds: float = 0.0
     pre_scoring_seconds: float = 0.0
     pre_from_cache: bool = False
-    # The second plan's scores (same edits or a subset, same handles), when one was given.
+    # The private split's run (its own edits, applied after the public ones), when one was given.
     private: RunScores | None = None
 
 
@@ -129,7 +129,6 @@ def run_edits(
     mode: str | None = None,
     progress: bool = True,
     on_edit: Callable[[str, dict[str, Any]], None] | None = None,
-    private: tuple[EvalPlan, Scores] | None = None,
 ) -> RunScores:
     """Apply the plan's edits in ``mode`` (default: the benchmark spec's) and score each edit's queries
     after it.
@@ -137,24 +136,12 @@ def run_edits(
     ``pre`` are the unedited model's scores of ``plan.queries`` (computed or cached by the caller); they
     decide each edit's neighbourhood, hence which queries it scores (:meth:`EditPlan.post_queries`).
     ``on_edit(edit_id, info)`` is called after each edit: once it is scored and restored (independent), or
-    once it is applied (sequential, where all edits are scored together at the end). ``private``: a second
-    plan whose edits are among ``plan``'s, with its pre-edit scores; scored with the same edits in place,
-    into ``RunScores.private``.
+    once it is applied (sequential, where all edits are scored together at the end).
     """
     mode = mode or benchmark_spec().default_mode
     if mode not in MODES:
         raise KnowgicError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     run = RunScores(pre=pre, post={})
-    second = None
-    if private is not None:
-        private_plan, private_pre = private
-        public_ids = {edit.edit_id for edit in plan.edits}
-        foreign = [edit.edit_id for edit in private_plan.edits if edit.edit_id not in public_ids]
-        if foreign:
-            raise KnowgicError(f"the private plan's edit {foreign[0]} is not an edit of the run's plan")
-        second = RunScores(pre=private_pre, post={})
-        run.private = second
-        private_edits = {edit.edit_id: edit for edit in private_plan.edits}
     stamps = fingerprint(model)
     bar = tqdm(plan.edits, desc=f"{editor.name} ({mode})", unit="edit", disable=not progress)
 
@@ -164,37 +151,23 @@ def run_edits(
             start = time.perf_counter()
             handle = _apply(editor, model, tokenizer, edit)
             applied = time.perf_counter()
-            scored_public = applied
             try:
                 run.post[edit.edit_id] = _score_subset(
                     scorer, model, tokenizer, plan.queries, edit.post_queries(pre.known), handle.prompt_prefix
                 )
-                scored_public = time.perf_counter()
-                if second is not None and edit.edit_id in private_edits:
-                    second.post[edit.edit_id] = _score_subset(
-                        scorer,
-                        model,
-                        tokenizer,
-                        private_plan.queries,
-                        private_edits[edit.edit_id].post_queries(private_pre.known),
-                        handle.prompt_prefix,
-                    )
             except NonFiniteLogits as error:
                 raise _edited_non_finite(error, _edit_label(edit)) from None
             finally:
                 scored = time.perf_counter()
                 handle.restore()
             run.edit_seconds[edit.edit_id] = (applied - start) + (time.perf_counter() - scored)
-            run.scoring_seconds += scored_public - applied
-            if second is not None:
-                second.scoring_seconds += scored - scored_public
+            run.scoring_seconds += scored - applied
             run.edit_info[edit.edit_id] = dict(handle.info)
             run.edit_prefix[edit.edit_id] = handle.prompt_prefix
             stamps = assert_restored(model, stamps, editor.name)
             if on_edit is not None:
                 on_edit(edit.edit_id, run.edit_info[edit.edit_id])
         editor.reset()
-        _share_edits(run)
         return run
 
     # sequential: every edit on top of the previous ones, scored once at the end.
@@ -214,10 +187,6 @@ def run_edits(
         try:
             run.post = _score_union(scorer, model, tokenizer, plan, pre, prefix)
             run.scoring_seconds = time.perf_counter() - start
-            if second is not None:
-                start = time.perf_counter()
-                second.post = _score_union(scorer, model, tokenizer, private_plan, private_pre, prefix)
-                second.scoring_seconds = time.perf_counter() - start
         except NonFiniteLogits as error:
             raise _edited_non_finite(error, f"the {len(handles)} sequential edits") from None
     finally:
@@ -230,16 +199,4 @@ def run_edits(
                 run.edit_seconds[edit_id] += share
     assert_restored(model, stamps, editor.name)
     editor.reset()
-    _share_edits(run)
     return run
-
-
-def _share_edits(run: RunScores) -> None:
-    """The second plan's edits are the run's: the same info, prefix and seconds."""
-    second = run.private
-    if second is None:
-        return
-    for edit_id in second.post:
-        second.edit_info[edit_id] = run.edit_info[edit_id]
-        second.edit_prefix[edit_id] = run.edit_prefix[edit_id]
-        second.edit_seconds[edit_id] = run.edit_seconds[edit_id]

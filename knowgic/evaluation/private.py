@@ -32,8 +32,12 @@ if TYPE_CHECKING:
 def private_plan(
     split: PrivateSplit, public_cases: Sequence[Case], public_version: str, plan: EvalPlan
 ) -> tuple[EvalPlan, int]:
-    """The split's plan over the run's edits (in the run's order), and how many of the split's edits the run leaves out
-    (``--limit``). Refuses a split with an edit the public version does not request."""
+    """The split's plan, applied after the run's own, and how many of the split's edits it leaves out.
+
+    A disjoint split: every one of its edits, in its own plan order (none left out). A drill (chains of
+    the public edits): the run's edits only (``--limit``), in the run's order."""
+    if split.ranks:
+        return build_plan(split.cases, split.aliases), 0
     split.check_edits(public_cases, public_version)
     run_edits = {edit.edit_id for edit in plan.edits}
     private = build_plan(split.cases, split.aliases, edit_ids=run_edits)

@@ -223,6 +223,8 @@ class _JobRun:
     edit_ended: list[float] = field(default_factory=list)
     score_ended: list[float] = field(default_factory=list)
     overfull: list[int] = field(default_factory=list)
+    # Whether the operator's private split is scored with this job (it was built for the job's model).
+    private: bool = False
 
     @property
     def shared(self) -> list[Mount]:
@@ -239,7 +241,8 @@ class ContainerExecutor:
     ``$KNOWGIC_MODEL_CACHE``): a host Hugging Face cache folder (what ``HF_HOME`` names) with the models
     the jobs ask for, mounted read-only at /cache/huggingface in both containers, which never download.
     ``private_dataset``: a private split folder (:mod:`knowgic.dataset.private`), mounted read-only at
-    /private into the score stage only, which scores its chains beside the public ones.
+    /private into the trusted stages only, for the jobs it applies to (its model's; a drill, its version's):
+    the prepare stage appends its edit requests as a second group, the score stage scores its chains.
     """
 
     gpus: str = "auto"
@@ -270,8 +273,10 @@ class ContainerExecutor:
         if self.model_cache is not None:
             _check_model_cache(Path(self.model_cache))
         _private_folder(Path(self.stats_cache))
+        self.private_split = None
         if self.private_dataset is not None:
-            self.private_dataset = read_private_split(self.private_dataset).folder.resolve()
+            self.private_split = read_private_split(self.private_dataset)
+            self.private_dataset = self.private_split.folder.resolve()
         if self.client is None:
             self.client = ensure_docker()
         self.runner_image_id = image_id(self.client, self.runner_image)  # fails now, with how to build it
@@ -380,7 +385,14 @@ class ContainerExecutor:
             # The model's caches (hashes, converted files) go to the tmpfs; downloaded models come read-only.
             environment={"KNOWGIC_CACHE": f"{SCRATCH_DIR}/knowgic-cache", "HF_HOME": "/cache/huggingface"},
         )
-        self._run_prepare_stage(run.job_dir, run.models, run.labels, run.environment, log)
+        if self.private_split is not None:
+            problem = self.private_split.problem_for(job.model, job.dataset_version)
+            run.private = problem is None
+            log(
+                f"[runner] {self.private_split.describe()}: "
+                + ("scored with this job" if run.private else f"not scored with this job ({problem})")
+            )
+        self._run_prepare_stage(run, log)
         return run
 
     def _start(
@@ -453,14 +465,13 @@ class ContainerExecutor:
                     "/out",
                     "--timeout",
                     f"{self.edit_limits.timeout_seconds + SCORE_GRACE_SECONDS:g}",
-                    *(["--private-dataset", PRIVATE_DIR] if self.private_dataset is not None else []),
+                    *self._private_arguments(run),
                 ],
                 mounts=[
                     *run.shared,
                     Mount(run.deltas, "/deltas", writable=True),
                     Mount(run.out, "/out", writable=True),
-                    # The private split: the score stage's alone, never mounted where submitted code runs.
-                    *([Mount(self.private_dataset, PRIVATE_DIR)] if self.private_dataset is not None else []),
+                    *self._private_mounts(run),
                 ],
                 limits=score_limits,
                 gpus="all" if self.use_gpus else "none",
@@ -521,29 +532,42 @@ class ContainerExecutor:
         except ImageBuildError as error:
             raise JobFailure(f"building the submission's image failed (its requirements?): {error}") from None
 
-    def _run_prepare_stage(
-        self,
-        job_dir: Path,
-        models: list[Mount],
-        labels: dict[str, str],
-        environment: dict[str, str],
-        log: Callable[[str], None],
-    ) -> None:
-        """The trusted prepare stage (runner image): requests.json into the job folder, and the key
-        statistics the hparams name into the host's statistics folder, which the edit stage reads."""
+    def _private_arguments(self, run: _JobRun) -> list[str]:
+        return ["--private-dataset", PRIVATE_DIR] if run.private else []
+
+    def _private_mounts(self, run: _JobRun) -> list[Mount]:
+        # The private split: the trusted stages' alone, never mounted where submitted code runs.
+        return [Mount(self.private_dataset, PRIVATE_DIR)] if run.private and self.private_dataset else []
+
+    def _run_prepare_stage(self, run: _JobRun, log: Callable[[str], None]) -> None:
+        """The trusted prepare stage (runner image): requests.json into the job folder (with the private
+        split's edit requests as a second group, when it applies), and the key statistics the hparams name
+        into the host's statistics folder, which the edit stage reads."""
+        job_dir = run.job_dir
         result = run_sandboxed(
             self.client,
             str(self.runner_image),
-            [*STAGE_COMMAND, "prepare", "--job", f"/job/{JOB_FILE}", "--out", "/job", "--stats", STATS_MOUNT],
+            [
+                *STAGE_COMMAND,
+                "prepare",
+                "--job",
+                f"/job/{JOB_FILE}",
+                "--out",
+                "/job",
+                "--stats",
+                STATS_MOUNT,
+                *self._private_arguments(run),
+            ],
             mounts=[
                 Mount(job_dir, "/job", writable=True),
                 Mount(self.stats_cache, STATS_MOUNT, writable=True),
-                *models,
+                *run.models,
+                *self._private_mounts(run),
             ],
             limits=self.score_limits,
             gpus="all" if self.use_gpus else "none",
-            environment=environment,
-            labels={**labels, STAGE_LABEL: "prepare"},
+            environment=run.environment,
+            labels={**run.labels, STAGE_LABEL: "prepare"},
             on_output=lambda line: log(f"[prepare] {line}"),
         )
         if not result.ok or not (job_dir / REQUESTS_FILE).is_file():

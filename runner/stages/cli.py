@@ -1,6 +1,7 @@
 """The stages' command line, run by the worker's containers (``python -m knowgic.runner.stages``)::
 
     python -m knowgic.runner.stages prepare --job JOB.json --out JOB_DIR [--stats STATS_DIR]
+                                  [--private-dataset DIR]
     python -m knowgic.runner.stages edit  --job JOB.json --requests REQUESTS.json --submission DIR --out DELTAS_DIR [--quota 2G]
     python -m knowgic.runner.stages score --job JOB.json --deltas DELTAS_DIR --out RESULTS_DIR [--timeout 3600]
                                   [--private-dataset DIR]
@@ -51,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--job", required=True, help="JOB.json (knowgic.runner.stages.contract.JobSpec)")
     prepare.add_argument("--out", required=True, help="folder that receives requests.json")
     prepare.add_argument("--stats", default=None, help="folder of key statistics (computed when missing)")
+    prepare.add_argument(
+        "--private-dataset",
+        default=None,
+        metavar="DIR",
+        help="a private split whose edit requests follow the public ones, as a group of their own",
+    )
     edit = sub.add_parser("edit", help="run the submission's editor; write deltas (untrusted stage)")
     edit.add_argument("--job", required=True, help="JOB.json (knowgic.runner.stages.contract.JobSpec)")
     edit.add_argument("--requests", required=True, help="requests.json of the prepare stage")
@@ -78,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--private-dataset",
         default=None,
         metavar="DIR",
-        help="a private split (dataset folder, same schemas) to score beside the public chains",
+        help="a private split (dataset folder, same schemas): its edits, the second group of the edit "
+        "requests, scored on its chains",
     )
     score.add_argument("--no-plots", action="store_true", help="write results.json only")
     score.add_argument("--overwrite", action="store_true", help="replace a run already in --out")
@@ -110,7 +118,14 @@ def _run_stage(args: argparse.Namespace) -> int:
     try:
         if args.stage == "prepare":
             spec = JobSpec.read(args.job)
-            requests = run_prepare_stage(spec, args.out, args.stats, progress=interactive, log=log)
+            requests = run_prepare_stage(
+                spec,
+                args.out,
+                args.stats,
+                progress=interactive,
+                log=log,
+                private_dataset=args.private_dataset,
+            )
             print(f"{len(requests.edits)} edit requests")
         elif args.stage == "edit":
             try:

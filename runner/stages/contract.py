@@ -40,7 +40,7 @@ STATS_FOLDER = "stats"
 DONE_MARKER = "done"
 FAILED_MARKER = "failed"
 REQUESTS_FORMAT = "knowgic-edit-requests"
-REQUESTS_FORMAT_VERSION = 1
+REQUESTS_FORMAT_VERSION = 2  # 2: groups (a private split's edits, applied as a run of their own)
 MAX_REASON_CHARS = 2000
 
 
@@ -162,7 +162,10 @@ class RequestedEdit:
 class EditRequests:
     """Everything the edit stage is told about the benchmark: the distinct edit requests in the order they
     are applied, and how they are grouped (``mode``): ``independent``, each alone on the pristine model and
-    restored after; ``sequential``, all of them in this order, each on top of the ones before.
+    restored after; ``sequential``, all of a group in this order, each on top of the ones before.
+
+    ``groups``: the sizes of the consecutive runs the requests form, each applied on the pristine model
+    (the public edits, then a private split's: the two sequences never mix). One group by default.
 
     No chain, question, answer, alias or neighbourhood fact: those stay with the trusted stages.
     """
@@ -170,6 +173,14 @@ class EditRequests:
     mode: str
     edits: tuple[RequestedEdit, ...]
     dataset_version: str
+    groups: tuple[int, ...] = ()
+
+    def group_sizes(self) -> tuple[int, ...]:
+        return self.groups or (len(self.edits),)
+
+    def group_of(self) -> list[int]:
+        """The group of each edit, by position."""
+        return [g for g, size in enumerate(self.group_sizes()) for _ in range(size)]
 
     def to_document(self) -> dict[str, Any]:
         return {
@@ -177,6 +188,7 @@ class EditRequests:
             "format_version": REQUESTS_FORMAT_VERSION,
             "mode": self.mode,
             "dataset_version": self.dataset_version,
+            "groups": list(self.group_sizes()),
             "edits": [
                 {
                     "position": e.position,
@@ -217,15 +229,28 @@ class EditRequests:
                 raise KnowgicError(
                     f"{where} at /edits/{index}/position: expected {index}, got {edit.position}"
                 )
-        return cls(mode=document["mode"], edits=edits, dataset_version=document["dataset_version"])
+        groups = tuple(document.get("groups") or (len(edits),))
+        if sum(groups) != len(edits):
+            raise KnowgicError(
+                f"{where} at /groups: the group sizes {list(groups)} add up to {sum(groups)}, there are "
+                f"{len(edits)} edits"
+            )
+        return cls(
+            mode=document["mode"],
+            edits=edits,
+            dataset_version=document["dataset_version"],
+            groups=groups,
+        )
 
     @classmethod
     def read(cls, path: str | Path) -> EditRequests:
         return cls.from_document(_read_json(Path(path), "edit requests file"), where=f"edit requests {path}")
 
     @classmethod
-    def of(cls, mode: str, dataset_version: str, requests: Sequence[Any]) -> EditRequests:
-        """From :class:`knowgic.records.EditRequest` objects in plan order."""
+    def of(cls, mode: str, dataset_version: str, *groups: Sequence[Any]) -> EditRequests:
+        """From groups of :class:`knowgic.records.EditRequest` objects, each in plan order (empty groups
+        are left out)."""
+        requests = [r for group in groups for r in group]
         return cls(
             mode=mode,
             dataset_version=dataset_version,
@@ -233,6 +258,7 @@ class EditRequests:
                 RequestedEdit(i, r.edit_id, r.prompt, r.subject, r.target_true, r.target_new)
                 for i, r in enumerate(requests)
             ),
+            groups=tuple(len(g) for g in groups if len(g)),
         )
 
 

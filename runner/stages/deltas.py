@@ -52,7 +52,7 @@ DELTA_FORMAT_VERSION = 1
 SEQUENTIAL_KEY = "sequential"
 TENSORS_SUFFIX = ".safetensors"
 SIDECAR_SUFFIX = ".json"
-KEY_PATTERN = r"^(edit-[0-9]{4,6}-[0-9a-f]{12}|sequential)$"
+KEY_PATTERN = r"^(edit-[0-9]{4,6}-[0-9a-f]{12}|sequential(-[1-9])?)$"
 EDIT_ID_PATTERN = r"^[0-9a-f]{12}$"
 # Bounds of what the trusted side reads from the untrusted one.
 MAX_SIDECAR_BYTES = 8 << 20
@@ -86,6 +86,11 @@ class Delta:
     tensors: dict[str, torch.Tensor]
     nbytes: int
     merged_adapters: list[str] = field(default_factory=list)
+
+
+def sequential_key(group: int) -> str:
+    """The key of group ``group``'s cumulative delta in sequential mode (the public edits: ``sequential``)."""
+    return SEQUENTIAL_KEY if group == 0 else f"{SEQUENTIAL_KEY}-{group}"
 
 
 def independent_key(index: int, edit_id: str) -> str:

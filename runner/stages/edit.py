@@ -35,12 +35,12 @@ from knowgic.models.threads import cpu_threads
 from knowgic.records import EditRequest
 from knowgic.runner.stages.contract import DONE_MARKER, FAILED_MARKER, EditRequests, JobSpec
 from knowgic.runner.stages.deltas import (
-    SEQUENTIAL_KEY,
     DeltaEdit,
     DeltaWriter,
     changed_tensors,
     folded_adapters,
     independent_key,
+    sequential_key,
 )
 from knowgic.runner.stages.resolve import resolved
 
@@ -211,8 +211,11 @@ def _edit_stage(
         torch.manual_seed(spec.seed)
         pristine = fingerprint(model)
         bar = tqdm(edits, desc=f"{editor.name} ({spec.mode}, edit stage)", unit="edit", disable=not progress)
+        group_starts = {sum(requests.group_sizes()[:g]) for g in range(len(requests.group_sizes()))}
         if spec.mode == "independent":
             for index, (edit_id, edit) in enumerate(bar):
+                if index in group_starts:  # each group starts from the seed, as evaluate() runs it
+                    torch.manual_seed(spec.seed)
                 editor.reset()
                 start = time.perf_counter()
                 handle = _apply_edit(editor, model, tokenizer, edit_id, edit)
@@ -232,28 +235,27 @@ def _edit_stage(
                     log(f"edit stage: edit {index + 1}/{len(edits)} ({edit_id}) written")
             editor.reset()
         else:
-            editor.reset()
-            handles: list[EditHandle] = []
-            delta_edits: list[DeltaEdit] = []
-            try:
-                for index, (edit_id, edit) in enumerate(bar):
-                    start = time.perf_counter()
-                    handles.append(_apply_edit(editor, model, tokenizer, edit_id, edit))
-                    seconds = time.perf_counter() - start
-                    edit_seconds += seconds
-                    delta_edits.append(
-                        DeltaEdit(edit_id, handles[-1].prompt_prefix, dict(handles[-1].info), seconds)
-                    )
-                    if log is not None:
-                        log(f"edit stage: edit {index + 1}/{len(edits)} ({edit_id}) applied")
-                with folded_adapters(model) as merged:
-                    tensors = changed_tensors(model, pristine)
-            finally:
-                for handle in reversed(handles):
-                    handle.restore()
-            assert_restored(model, pristine, editor.name)
-            editor.reset()
-            writer.write(SEQUENTIAL_KEY, spec.mode, delta_edits, tensors, merged)
+            # Each group (the public edits, then a private split's) is its own sequence on the pristine
+            # model, written as its own cumulative delta.
+            start_at = 0
+            for group, size in enumerate(requests.group_sizes()):
+                torch.manual_seed(spec.seed)
+                edit_seconds += _sequence(
+                    editor,
+                    model,
+                    tokenizer,
+                    edits[start_at : start_at + size],
+                    start_at,
+                    len(edits),
+                    pristine,
+                    writer,
+                    sequential_key(group),
+                    spec.mode,
+                    bar,
+                    log,
+                )
+                start_at += size
+            bar.close()
     return EditStageSummary(
         deltas=writer.deltas,
         delta_bytes=writer.written_bytes,
@@ -263,6 +265,47 @@ def _edit_stage(
         edit_seconds=edit_seconds,
         total_seconds=time.perf_counter() - started,
     )
+
+
+def _sequence(
+    editor: Editor,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    edits: list[tuple[str, EditRequest]],
+    first: int,
+    total: int,
+    pristine: dict[str, Any],
+    writer: DeltaWriter,
+    key: str,
+    mode: str,
+    bar: Any,
+    log: Callable[[str], None] | None,
+) -> float:
+    """Apply ``edits`` one on top of the other, write their cumulative delta under ``key``, restore; the
+    seconds the editor took."""
+    editor.reset()
+    handles: list[EditHandle] = []
+    delta_edits: list[DeltaEdit] = []
+    seconds_total = 0.0
+    try:
+        for offset, (edit_id, edit) in enumerate(edits):
+            start = time.perf_counter()
+            handles.append(_apply_edit(editor, model, tokenizer, edit_id, edit))
+            seconds = time.perf_counter() - start
+            seconds_total += seconds
+            delta_edits.append(DeltaEdit(edit_id, handles[-1].prompt_prefix, dict(handles[-1].info), seconds))
+            bar.update(1)
+            if log is not None:
+                log(f"edit stage: edit {first + offset + 1}/{total} ({edit_id}) applied")
+        with folded_adapters(model) as merged:
+            tensors = changed_tensors(model, pristine)
+    finally:
+        for handle in reversed(handles):
+            handle.restore()
+    assert_restored(model, pristine, editor.name)
+    editor.reset()
+    writer.write(key, mode, delta_edits, tensors, merged)
+    return seconds_total
 
 
 def mark_failed(deltas_dir: Path, reason: str) -> None:

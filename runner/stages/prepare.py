@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
+from knowgic.dataset.private import PrivateSplit, read_private_split
 from knowgic.editors.arch import arch_for
 from knowgic.editors.layer_stats import model_identity, model_revision, second_moments
 from knowgic.editors.rome.hparams import ROMEHyperParams
@@ -22,6 +23,7 @@ from knowgic.editors.rome.weights import resolve_layers
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import check_request
 from knowgic.evaluation.plan import build_plan
+from knowgic.evaluation.private import private_plan
 from knowgic.models.loading import load_model
 from knowgic.runner.stages.contract import REQUESTS_FILE, EditRequests, JobSpec
 from knowgic.runner.stages.resolve import REPLAY_EDITOR, evaluation_request, resolved
@@ -30,12 +32,21 @@ if TYPE_CHECKING:
     from knowgic.models.base import LoadedModel
 
 
-def edit_requests(spec: JobSpec) -> EditRequests:
-    """The job's distinct edit requests in plan order, from the dataset (trusted side only)."""
+def edit_requests(spec: JobSpec, private: PrivateSplit | None = None) -> EditRequests:
+    """The job's distinct edit requests in plan order, from the dataset (trusted side only); with a private
+    split, its edit requests follow as a second group, in the order the score stage replays them."""
     spec = resolved(spec)
     ref = dataset_ref(spec.dataset_version, config="chains")
-    plan = build_plan(load_cases(ref.version), load_aliases(ref.version), limit=spec.limit)
-    return EditRequests.of(str(spec.mode), ref.version, [edit.request for edit in plan.edits])
+    cases = load_cases(ref.version)
+    plan = build_plan(cases, load_aliases(ref.version), limit=spec.limit)
+    public = [edit.request for edit in plan.edits]
+    if private is None:
+        return EditRequests.of(str(spec.mode), ref.version, public)
+    problem = private.problem_for(spec.model, ref.version)
+    if problem is not None:
+        raise KnowgicError(f"{private.describe()} does not apply to this job: {problem}")
+    second, _ = private_plan(private, cases, ref.version, plan)
+    return EditRequests.of(str(spec.mode), ref.version, public, [edit.request for edit in second.edits])
 
 
 @dataclass(frozen=True)
@@ -84,13 +95,16 @@ def run_prepare_stage(
     progress: bool = False,
     log: Callable[[str], None] | None = None,
     loaded: LoadedModel | None = None,
+    private_dataset: str | Path | None = None,
 ) -> EditRequests:
     """Write ``requests.json`` (the job's edit requests) into ``job_dir``, and into ``stats_dir`` the key
     statistics the hparams name (:func:`key_statistics`), unless already there. No submitted code runs
-    here: the stage reads the dataset, which the edit stage never sees."""
+    here: the stage reads the dataset, which the edit stage never sees. ``private_dataset``: a private
+    split folder, whose edit requests (never its chains) are appended as a second group."""
     spec = resolved(spec)
     check_request(evaluation_request(spec, editor=REPLAY_EDITOR))  # mode, protocol, dataset version
-    requests = edit_requests(spec)
+    private = read_private_split(private_dataset) if private_dataset is not None else None
+    requests = edit_requests(spec, private)
     needed = key_statistics(spec.hparams)
     if needed is not None and stats_dir is not None:
         if loaded is None:
@@ -121,5 +135,6 @@ def run_prepare_stage(
     path = requests.write(Path(job_dir) / REQUESTS_FILE)
     path.chmod(0o644)
     if log is not None:
-        log(f"prepare stage: {len(requests.edits)} edit requests written")
+        groups = " + ".join(str(size) for size in requests.group_sizes())
+        log(f"prepare stage: {len(requests.edits)} edit requests written ({groups})")
     return requests

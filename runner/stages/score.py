@@ -35,13 +35,13 @@ from knowgic.models.loading import load_model
 from knowgic.records import EditRequest
 from knowgic.runner.stages.contract import JobSpec
 from knowgic.runner.stages.deltas import (
-    SEQUENTIAL_KEY,
     Delta,
     DeltaError,
     DeltaReader,
     apply_tensors,
     independent_key,
     model_spec,
+    sequential_key,
 )
 from knowgic.runner.stages.resolve import REPLAY_EDITOR, evaluation_request, resolved
 from knowgic.scoring.logprob import check_prefix_fits
@@ -64,14 +64,22 @@ class ReplayEditor(Editor):
     A prefix is bounded here by the model's context, in tokens (the sequential run's prefixes joined, as
     the harness scores them), before anything is scored with it: the limit is the model's, never a number
     the edit stage chose.
+
+    One replay editor per group of the edit requests (:class:`EditRequests`): ``group`` is its number (the
+    key of its sequential delta); ``after``, the previous group's replay editor, whose edits come first
+    (independent keys count on across groups).
     """
 
     name: ClassVar[str] = "replay"
 
-    def __init__(self, reader: DeltaReader, mode: str) -> None:
+    def __init__(
+        self, reader: DeltaReader, mode: str, group: int = 0, after: ReplayEditor | None = None
+    ) -> None:
         super().__init__({})
         self.reader = reader
         self.mode = mode
+        self.after = after
+        self.key = sequential_key(group)
         self._index = 0
         self._sequential: Delta | None = None
 
@@ -81,14 +89,15 @@ class ReplayEditor(Editor):
         edit_id = requests[0].edit_id
         index, self._index = self._index, self._index + 1
         if self.mode == "independent":
-            key = independent_key(index, edit_id)
+            first = self.first
+            key = independent_key(first + index, edit_id)
             self.reader.wait_for(key)
             delta = self.reader.read(key, self.mode, expected_ids=[edit_id])
             check_prefix_fits(
                 model,
                 tokenizer,
                 delta.edits[0].prompt_prefix,
-                f"edit {index + 1} ({edit_id}): in-context prefix",
+                f"edit {first + index + 1} ({edit_id}): in-context prefix",
             )
             restore = apply_tensors(model, delta.tensors)
             delta.tensors = {}  # the model holds them now; the saved values are in ``restore``
@@ -103,8 +112,8 @@ class ReplayEditor(Editor):
             )
 
         if index == 0:
-            self.reader.wait_for(SEQUENTIAL_KEY)
-            self._sequential = self.reader.read(SEQUENTIAL_KEY, self.mode, expected_ids=None)
+            self.reader.wait_for(self.key)
+            self._sequential = self.reader.read(self.key, self.mode, expected_ids=None)
             joined = "".join(entry.prompt_prefix for entry in self._sequential.edits)
             check_prefix_fits(model, tokenizer, joined, "the sequential edits' in-context prefix")
         delta = self._sequential
@@ -113,26 +122,36 @@ class ReplayEditor(Editor):
                 delta.edits[index].edit_id if delta is not None and index < len(delta.edits) else "nothing"
             )
             raise DeltaError(
-                f"delta {SEQUENTIAL_KEY}.json lists {claimed} as edit {index + 1}, the plan's is {edit_id}"
+                f"delta {self.key}.json lists {claimed} as edit {index + 1}, the plan's is {edit_id}"
             )
         entry = delta.edits[index]
         restore_fn = None
         if index == 0:
             restore = apply_tensors(model, delta.tensors)
             delta.tensors = {}
+            key = self.key
 
             def restore_fn() -> None:
                 restore()
-                self.reader.remove(SEQUENTIAL_KEY)
+                self.reader.remove(key)
 
         return EditHandle(restore_fn=restore_fn, prompt_prefix=entry.prompt_prefix, info=entry.info)
+
+    @property
+    def first(self) -> int:
+        """This group's first position: the edits every earlier group replayed."""
+        return 0 if self.after is None else self.after.first + self.after.replayed
+
+    @property
+    def replayed(self) -> int:
+        return self._index
 
     def check_complete(self) -> None:
         """After the run: a sequential delta must not claim edits beyond the plan's."""
         delta = self._sequential
         if self.mode == "sequential" and delta is not None and len(delta.edits) != self._index:
             raise DeltaError(
-                f"delta {SEQUENTIAL_KEY}.json lists {len(delta.edits)} edits, the plan has {self._index}"
+                f"delta {self.key}.json lists {len(delta.edits)} edits, the plan has {self._index}"
             )
 
 
@@ -176,6 +195,9 @@ def run_score_stage(
     if private_dataset is not None:
         private = read_private_split(private_dataset)
         public = dataset_ref(spec.dataset_version)
+        problem = private.problem_for(spec.model, public.version)
+        if problem is not None:
+            raise KnowgicError(f"{private.describe()} does not apply to this job: {problem}")
         private.check_edits(load_cases(public.version), public.version)
     if loaded is None:
         loaded = load_model(spec.model, dtype=spec.dtype, device=spec.device, progress=progress)
@@ -187,11 +209,15 @@ def run_score_stage(
         max_tensor_bytes=max_delta_bytes,
     )
     replay = ReplayEditor(reader, str(spec.mode))
+    # The private split's edits: the second group of the edit requests, replayed after the public ones.
+    private_replay = ReplayEditor(reader, str(spec.mode), group=1, after=replay) if private else None
     hparams = dict(spec.hparams)
 
     def provenance() -> Provenance:
         """Once every delta is replayed: what the document records of the submission and this stage."""
         replay.check_complete()
+        if private_replay is not None:
+            private_replay.check_complete()
         reader.wait_done()
         return Provenance(
             editor=spec.editor,
@@ -229,6 +255,7 @@ def run_score_stage(
         editor=replay,
         private=private,
         provenance=provenance,
+        private_editor=private_replay,
     )
     document = run.document  # built once with the fields above, and hashed: never patched here
 
