@@ -97,6 +97,25 @@ def test_a_disjoint_split_keeps_only_rows_sharing_nothing(tmp_path: Path) -> Non
         assert case.request.subject not in shown.entities
 
 
+def test_max_edits_keeps_whole_edits_by_a_seeded_hash(tmp_path: Path) -> None:
+    renamed = _renamed(load_rows("chains", "1.1.0"))
+    first = list(dict.fromkeys(Case.from_row(r).request.edit_id for r in renamed))[:14]
+    rows = [
+        r for r in renamed if Case.from_row(r).request.edit_id in first and len(r["chain"]["subjects"]) < 3
+    ]
+    build = _build(tmp_path / "build", rows)
+    draws = [
+        write_disjoint(build, tmp_path / f"split-{i}", max_edits=12, seed=s) for i, s in enumerate((0, 0, 1))
+    ]
+    splits = [read_private_split(d.out) for d in draws]
+    edits = [{c.request.edit_id for c in s.cases} for s in splits]
+    assert [len(e) for e in edits] == [12, 12, 12] and edits[0] == edits[1] != edits[2]
+    for split, kept in zip(splits, edits, strict=True):  # whole edits: every chain of a kept edit
+        assert len(split.cases) == sum(Case.from_row(r).request.edit_id in kept for r in rows)
+    with pytest.raises(KnowgicError, match=r"^--max-edits 5: a private split needs at least 10 edits$"):
+        write_disjoint(build, tmp_path / "x", max_edits=5)
+
+
 def test_too_few_new_edits_are_refused(tmp_path: Path) -> None:
     renamed = _renamed(load_rows("chains", "1.1.0"))
     first = Case.from_row(renamed[0]).request

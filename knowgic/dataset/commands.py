@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from knowgic.argtypes import DATASET_VERSION_HELP as VERSION_HELP
-from knowgic.argtypes import add_subcommands, open_unit_fraction
+from knowgic.argtypes import add_subcommands, open_unit_fraction, positive_int
 from knowgic.dataset.private import DEFAULT_FRACTION, MIN_PRIVATE_EDITS
 from knowgic.dataset.tracks import DEFAULT_RESERVE_SHARE, DEFAULT_SEED
 from knowgic.errors import KnowgicError
@@ -80,12 +80,12 @@ def _cmd_holdout(args: argparse.Namespace) -> int:
     if args.drill:
         out = write_drill(args.out, args.version, args.fraction, args.seed)
     else:
-        draw = write_disjoint(args.build, args.out)
+        draw = write_disjoint(args.build, args.out, max_edits=args.max_edits, seed=args.seed)
         out = draw.out
         if draw.dropped_rows:
             print(
-                f"dropped {draw.dropped_rows} chains ({draw.dropped_edits} whole edits) that share a fact or "
-                f"an edit subject with the published data, e.g. {draw.first_problem}"
+                f"dropped {draw.dropped_rows} chains that share a fact or an edit subject with the published "
+                f"data, e.g. {draw.first_problem}"
             )
     split = read_private_split(out)
     print(f"{split.describe()}, sha256 {split.ref.sha256}")
@@ -178,7 +178,15 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_FRACTION,
         help=f"--drill: share of each edit's chains to hold out (default {DEFAULT_FRACTION:g})",
     )
-    h.add_argument("--seed", type=int, default=0, help="--drill: which chains the hash picks (default 0)")
+    h.add_argument(
+        "--max-edits",
+        type=positive_int,
+        default=None,
+        help="--from: keep at most this many of the build's new edits, whole, picked by a seeded hash",
+    )
+    h.add_argument(
+        "--seed", type=int, default=0, help="which chains (--drill) or edits the hash picks (default 0)"
+    )
     h.set_defaults(func=_cmd_holdout)
     t = ds_sub.add_parser(
         "track",

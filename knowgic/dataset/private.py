@@ -273,14 +273,23 @@ def disjoint_rows(rows: Sequence[Mapping[str, Any]], shown: Published) -> tuple[
     return kept, reasons
 
 
-def write_disjoint(build: str | Path, out: str | Path, min_edits: int = MIN_PRIVATE_EDITS) -> DisjointDraw:
+def write_disjoint(
+    build: str | Path,
+    out: str | Path,
+    min_edits: int = MIN_PRIVATE_EDITS,
+    max_edits: int | None = None,
+    seed: int = 0,
+) -> DisjointDraw:
     """A disjoint private split from a ``knowgic build`` output folder ``build``: every row of the build
     that shares no fact and no edit subject with any shipped version, written into ``out``. Refuses, before
     writing anything, a build that leaves fewer than ``min_edits`` edits (one line with the counts and the
-    first reason)."""
+    first reason). ``max_edits``: keep that many of the edits left, whole, in the order of
+    sha256(seed, edit id)."""
     from knowgic.dataset.validate import validate_folder
 
     build = Path(build)
+    if max_edits is not None and max_edits < min_edits:
+        raise KnowgicError(f"--max-edits {max_edits}: a private split needs at least {min_edits} edits")
     if not (build / VERSION_FILE).is_file():
         raise KnowgicError(f"--from {build}: not a knowgic build output folder (no {VERSION_FILE})")
     report = validate_folder(build)
@@ -305,6 +314,12 @@ def write_disjoint(build: str | Path, out: str | Path, min_edits: int = MIN_PRIV
             f"edits share no fact and no edit subject with the {len(shown.versions)} shipped versions, at "
             f"least {min_edits} are needed{first}. Build from seed facts the published data does not use"
         )
+    if max_edits is not None and len(edits) > max_edits:
+        chosen = set(
+            sorted(edits, key=lambda e: hashlib.sha256(f"{seed}\x1f{e}".encode()).hexdigest())[:max_edits]
+        )
+        kept = [r for r in kept if Case.from_row(r).request.edit_id in chosen]
+        edits = chosen
     raw = read_json(build / ALIASES_FILE)
     named = {e for r in kept for e in _row_entities(r)}
     aliases = {k: list(v) for k, v in alias_lists(raw).items() if k in named}
@@ -317,7 +332,13 @@ def write_disjoint(build: str | Path, out: str | Path, min_edits: int = MIN_PRIV
         "private_kind": DISJOINT,
         "model": model,
         "disjoint_from": list(shown.versions),
-        "drawn_from": {"build_sha256": info["sha256"], "rows": len(rows), "dropped_rows": len(reasons)},
+        "drawn_from": {
+            "build_sha256": info["sha256"],
+            "rows": len(rows),
+            "dropped_rows": len(reasons),
+            "max_edits": max_edits,
+            "seed": seed,
+        },
     }
     version = str(info.get("version") or "0.1.0")
     write_split(out, kept, aliases, version, summary, record)
