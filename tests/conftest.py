@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-# The tests marked `container` get the Docker engine and the runner images from here.
-pytest_plugins = ["tests.container_fixtures"]
+# The tests marked `container` get the Docker engine and the runner images from the first; the model that
+# knows facts no published chain shows (for private splits) and its built dataset from the second.
+pytest_plugins = ["tests.container_fixtures", "tests.private_world"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM_CHAINS = REPO_ROOT / "knowgic" / "dataset" / "upstream" / "chains.json"
