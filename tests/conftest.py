@@ -4,6 +4,9 @@
 benchmark's own strings; built in about a second, for tests of mechanics (shapes, batching, restore,
 invariants of the edit math) that need no knowledge in the model.
 ``knowgic_tiny``: the project's offline default model, trained on KnowGIC's facts (built once and cached).
+``unpublished_hf_home``: an ``HF_HOME`` folder serving ``knowgic-tests/tiny-unpublished``, a model that also
+knows facts no published chain shows; ``world_dataset``: what ``knowgic build`` makes of those facts on it
+(``tests/private_world.py``).
 """
 
 from __future__ import annotations
@@ -104,6 +107,26 @@ def knowgic_tiny():
     from knowgic.models.loading import load_model
 
     return load_model("knowgic-tiny")
+
+
+@pytest.fixture(scope="session")
+def unpublished_hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An ``HF_HOME`` folder holding ``knowgic-tests/tiny-unpublished``, the model that knows facts no
+    published chain shows (``tests/private_world.py``; trained once per cache, a few minutes)."""
+    from tests.private_world import unpublished_model
+
+    hf_home = tmp_path_factory.mktemp("hf-home")
+    unpublished_model(hf_home)
+    return hf_home
+
+
+@pytest.fixture(scope="session")
+def world_dataset(tmp_path_factory: pytest.TempPathFactory, unpublished_hf_home: Path) -> Path:
+    """The dataset folder ``knowgic build`` makes from the unpublished world on that model."""
+    from tests.private_world import built_world
+
+    root = tmp_path_factory.mktemp("private-world")
+    return built_world(root / "dataset", unpublished_hf_home, root / "build")
 
 
 @pytest.fixture(scope="session")
