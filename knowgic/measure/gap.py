@@ -16,15 +16,18 @@ calibrated against honest editors' gaps between the same two edit sets::
 
 *Why calibrated.* The private edits come from other fact families than the public ones, so an honest
 editor's IFR differs between the two sets by itself, and by how much depends on the editor: on
-knowgic-tiny's growth track ICE's gap reaches +0.39 and FT's -0.32 on one split where ROME's is -0.01.
-Welch's test of ``d`` alone flagged honest runs at up to 22% on such splits. ``gbar`` takes out what the
-two sets share for every editor, ``s_g`` how much honest editors differ, ``SE_d`` the run's own noise
-(its sampling of edits). The false-flag rate and the power, measured on the real runs under two nulls,
-are in docs/metrics.md ("The private split's flag"; ``python -m knowgic.evaluation.gap_calibration``).
+knowgic-tiny's growth track ICE's gap reaches +0.40 and FT's -0.32 on splits where the weight editors' lie
+within ±0.06. ``gbar`` takes out what the two sets do to every editor, ``s_g`` how much honest editors
+differ, ``SE_d`` the run's own noise (its sampling of edits). Measured on the real runs (docs/metrics.md,
+"The private split's flag"; ``python -m knowgic.evaluation.gap_calibration``), it flags 0.019-0.028 of
+honest runs on random splits and on 1.1.0's fact-family splits, where Welch's test of ``d`` alone reaches
+0.060, and finds a cheat that hides every public chain at 1.1.0 0.998-0.999 of the time.
 
-*What it cannot do.* An honest method unlike every reference run (an in-context editor among weight
-editors) can be flagged: its gap is its own. A method whose public IFR is already near 0 has no room to
-show a gap. The flag is for review, never a rank: where a private split exists, the private figures rank.
+*What it cannot do.* An honest method unlike every reference run can be flagged: its gap is its own (ICE
+left out of the references is flagged on every 20-edit family split of the growth track). Where honest
+gaps spread as widely as a cheat moves its own (the growth track's weight editors, IFR per edit about
+0.1), a cheat is found 0.14-0.36 of the time. A method whose public IFR is already near 0 has nothing to
+hide. The flag asks for a look and never moves a rank: where a private split exists, it ranks.
 """
 
 from __future__ import annotations
