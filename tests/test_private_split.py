@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from knowgic.dataset.loading import load_rows
@@ -316,6 +317,55 @@ def test_runs_on_one_private_split_rank_from_it_and_say_so(ranked_runs: dict[str
     other.add_local(ranked_runs["public"], label="public")
     shown = Board(other.scan(), include_reported=False).page(TableQuery(model="knowgic-tiny", part="ranked"))
     assert shown.rank_note == PUBLIC_BASIS
+
+
+def test_the_split_s_calibration_record_decides_the_flag(
+    ranked_runs: dict[str, Path], holdout: Path, knowgic_tiny, tmp_path
+) -> None:
+    """The operator's reference runs, recorded in the split's version.json, calibrate the flag at scoring
+    time; a record of another ranking does not."""
+    import shutil
+
+    from knowgic.measure.gap import calibration_record
+    from knowgic.measure.ranks import ranking_key
+
+    rome, none = read_results(ranked_runs["rome"]), read_results(ranked_runs["none"])
+    record = calibration_record([rome, none])
+    assert record["ranking"] == ranking_key(rome).digest and record["split_sha256"] == split_sha(rome)
+    assert [r["editor"] for r in record["runs"]] == ["rome"]  # the unedited model is never a reference
+    assert record["runs"][0]["gap"] == rome["private"]["ifr_gap"]["gap"]
+    # Three reference runs (the operator's; their gaps written here by hand) calibrate the next run.
+    record["runs"] = [{**record["runs"][0], "gap": g} for g in (-0.02, 0.0, 0.03)]
+    copy = tmp_path / "split"
+    shutil.copytree(holdout, copy)
+    info = json.loads((copy / "version.json").read_text())
+    (copy / "version.json").write_text(json.dumps({**info, "calibration": record}))
+    document = evaluate(
+        EvaluationRequest(model="knowgic-tiny", editor="none", limit=LIMIT, use_cache=False),
+        progress=False,
+        loaded=knowgic_tiny,
+        private=read_private_split(copy),
+    ).document
+    gap = document["private"]["ifr_gap"]
+    assert gap["calibration"] == {
+        "source": "the private split's calibration record",
+        "runs": 3,
+        "mean": pytest.approx(0.01 / 3),
+        "sd": pytest.approx(float(np.std([-0.02, 0.0, 0.03], ddof=1))),
+    }
+    assert gap["flagged"] is False and check_results(document) == []
+    # The same record read for a run of another ranking (all edits, not the first three) does not apply.
+    from knowgic.measure.gap import split_calibration
+
+    other = split_calibration(record, "0" * 12, split_sha(rome), "ifr_per_edit")
+    assert other == (
+        "not calibrated: 0 reference runs (the private split's calibration is of another ranking); the flag "
+        "needs the gaps of at least 3 built-in editors' runs on the same public edits and private split"
+    )
+
+
+def split_sha(document: dict[str, Any]) -> str:
+    return str(document["private"]["dataset"]["sha256"])
 
 
 def test_every_in_context_prefix_is_recorded_per_edit(knowgic_tiny) -> None:

@@ -130,7 +130,7 @@ def flag_rates(
         for k, i in enumerate(tested):
             values = pop.values[i].copy()
             if cheat:  # memorised: IFR 0 on a share of the public edits
-                values[rng.choice(q_edits, int(round(cheat * q_edits.size)), replace=False)] = 0.0
+                values[rng.choice(q_edits, round(cheat * q_edits.size), replace=False)] = 0.0
             sums = (pop.sums(i, q_edits, values), pop.sums(i, p_edits, values))
             others = [gaps[j] for j in references if j != i and gaps[j] is not None]
             three = list(rng.choice(others, MIN_REFERENCE_RUNS, replace=False))
