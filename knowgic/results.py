@@ -35,19 +35,32 @@ from knowgic.measure.records import Records
 from knowgic.paths import spec_dir
 from knowgic.schema_errors import error_lines
 
-RESULTS_SCHEMA_VERSION = "1.4"
+RESULTS_SCHEMA_VERSION = "1.5"
 """The version ``knowgic evaluate`` writes."""
-READABLE_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4")
+READABLE_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5")
 """Versions this package reads (``spec/schemas/CHANGELOG.md``): 1.0 documents carry no intervals and no
 per-edit sums (shown, never recomputed); 1.1 adds intervals and the per-edit sums; 1.2 the optional
 ``submission`` and ``runner`` objects of runner jobs; 1.3 each metric's interval method, edits, effective
-edits and few-edits flag, and each edit's ``preservation_facts``."""
+edits and few-edits flag, and each edit's ``preservation_facts``; 1.4 each interval's ``coverage_unmet``;
+1.5 a private block that publishes only what ranking needs (edit keys, per-edit sums, the flag
+``ifr_gap``)."""
+PRIVATE_SUMS_FROM = "1.5"
+"""The oldest schema whose private block ranks: edit keys and per-edit sums, scored on edits of its own. A
+private block of an older schema holds chains of the public edits (a same-edit holdout), per-chain records
+and the interval-overlap ``ifr_check``: it is read and shown, never ranked from or flagged
+(:data:`knowgic.measure.private.OLD_BLOCK`)."""
+INTERVALS_FROM = "1.4"
+"""The oldest schema whose intervals this package's methods make (results schema 1.5 changed the private
+block, not an interval): :func:`knowgic.recompute.check_results` checks the interval fields of documents
+of this schema and later."""
 RECOMPUTABLE_FROM = "1.1"
 """The oldest schema whose records give back its metrics (:meth:`ResultsDocument.records`)."""
 MAX_PROBLEMS_SHOWN = 10
 """Schema problems an error lists (each with its JSON pointer, values quoted briefly) before "and N more"."""
 SUMMARY_DROPS = ("per_edit", "chains")
 """What a summary leaves out: the records, which tables and rankings never show."""
+PRIVATE_SUMMARY_DROPS = ("sums", "per_edit", "chains")
+"""What a summary leaves out of a private block: its per-edit sums (1.5) or records (1.4 and before)."""
 
 
 def results_schema() -> dict[str, Any]:
@@ -79,13 +92,26 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
 
 
+def intervals_current(document: Mapping[str, Any]) -> bool:
+    """Whether ``document``'s intervals were made by this package's methods (:data:`INTERVALS_FROM`)."""
+    version = document.get("schema_version")
+    return (
+        isinstance(version, str)
+        and version in READABLE_SCHEMA_VERSIONS
+        and (_version_key(version) >= _version_key(INTERVALS_FROM))
+    )
+
+
 def migrate(data: Any, where: str) -> Any:
     """Bring a document of any readable schema version to what this package reads, in one place.
 
     Every readable version is a subset of the current one's shape (fields were only ever added), so no
     field needs rewriting; what differs is what a version lets a reader do, which
-    :attr:`ResultsDocument.recomputable` says. A version this package does not know is refused here, in
-    one line, before the schema's longer message."""
+    :attr:`ResultsDocument.recomputable` says. The one shape that changed is the private block: before
+    1.5 it held chains of the public edits with their per-chain and per-edit records and an ``ifr_check``;
+    it lacks edit keys, per-edit sums and the flag ``ifr_gap``, so it is left as it is, read and shown, and
+    :attr:`ResultsDocument.private_ranks` is false for it (the schema reads each shape by its version). A
+    version this package does not know is refused here, in one line, before the schema's longer message."""
     if isinstance(data, dict):
         version = data.get("schema_version")
         if isinstance(version, str) and version not in READABLE_SCHEMA_VERSIONS:
@@ -202,6 +228,14 @@ class ResultsDocument(dict[str, Any]):
         """Whether its records give its metrics back (results schema 1.1 and later, records kept)."""
         return not self.summary_only and _version_key(self.schema_version) >= _version_key(RECOMPUTABLE_FROM)
 
+    @property
+    def private_ranks(self) -> bool:
+        """Whether its private block can rank: one of results schema 1.5 or later (edit keys and per-edit
+        sums; :data:`PRIVATE_SUMS_FROM`)."""
+        return isinstance(self._data.get("private"), Mapping) and _version_key(
+            self.schema_version
+        ) >= _version_key(PRIVATE_SUMS_FROM)
+
     def records(self) -> Records:
         """The typed chain and edit records every metric is computed from (:mod:`knowgic.measure`)."""
         if self.summary_only:
@@ -209,8 +243,11 @@ class ResultsDocument(dict[str, Any]):
         return Records.from_document(self._data)
 
     def summary(self) -> ResultsDocument:
-        """The same document without its records (for tables, rankings and caches)."""
+        """The same document without its records, nor its private block's sums or records (for tables and
+        caches; rankings read the whole document)."""
         kept = {k: v for k, v in self._data.items() if k not in SUMMARY_DROPS}
+        if isinstance(kept.get("private"), Mapping):
+            kept["private"] = {k: v for k, v in kept["private"].items() if k not in PRIVATE_SUMMARY_DROPS}
         return ResultsDocument(kept, self.where, summary=True)
 
 

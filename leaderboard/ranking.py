@@ -9,7 +9,9 @@
         │  default one holds full runs (no --limit)
         ▼
     per ranking: knowgic.measure.ranks.rank_runs on the rank metric (the deep-editing score), by its
-        ranked form: a 95% rank range per run from one paired bootstrap of the edits the runs share
+        ranked form: a 95% rank range per run from one paired bootstrap of the edits the runs share; the
+        private split's edits where every run was scored on one (results schema 1.5; the public figures are
+        shown to reproduce), else the public edits, and the page says which (TablePage.rank_note)
         ▼
     rows ordered by that value; Rank shows the range ("2–5"); a better value never shows a worse rank
 
@@ -28,13 +30,15 @@ from knowgic.measure.ranks import RankRange, rank_runs
 
 def rank_ranges(
     documents: Sequence[Mapping[str, Any]], metric: str = RANK_METRIC
-) -> list[tuple[RankRange | None, float | None]]:
+) -> tuple[list[tuple[RankRange | None, float | None]], str]:
     """Each run's rank range on ``metric`` (by its ranked form) and the value it is ranked by, for runs of one
-    ranking; every run unranked when they cannot share one (a :class:`KnowgicError` the scan did not catch)."""
+    ranking, and what the ranks rest on in words (the private split every run was scored on, else the public
+    data and why); every run unranked when they cannot share one (a :class:`KnowgicError` the scan did not
+    catch)."""
     if not documents:
-        return []
+        return [], ""
     try:
         ranking = rank_runs(documents, [metric])[metric]
-    except KnowgicError:
-        return [(None, None)] * len(documents)
-    return list(zip(ranking.ranges, ranking.values, strict=True))
+    except KnowgicError as exc:
+        return [(None, None)] * len(documents), f"not ranked: {exc}"
+    return list(zip(ranking.ranges, ranking.values, strict=True)), ranking.basis

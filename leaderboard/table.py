@@ -25,6 +25,7 @@ import pandas as pd
 from knowgic.formatting import FEW_EDITS_MARK, UNDEFINED, few_edits_note, format_interval, format_number
 from knowgic.intervals import FEW_EDITS
 from knowgic.leaderboard.columns import Columns, frame_column, leaderboard_columns
+from knowgic.measure.private import OLD_BLOCK
 from knowgic.measure.ranks import RankingKey, RankRange, ranking_key
 from knowgic.results import content_sha256
 from knowgic.runner.store.store import SkippedFile, StoreEntry, StoreFileError, StoreScan
@@ -208,10 +209,12 @@ class Row:
     label: str = ""
     added: str = ""
     level: float | None = None
-    # IFR on the operator's private split (None: none was scored), and whether it differs from the public
-    # IFR beyond their intervals (results.json's private.ifr_check), with the check's record.
+    # IFR on the operator's private split (None: none was scored), and its flag (results schema 1.5's
+    # private.ifr_gap, decided again with the store's reference runs where there are enough: Board);
+    # None for a private block of schema 1.4 or before, which is never flagged (``private_old``).
     private_ifr: MetricCell | None = None
     private_check: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    private_old: bool = False
     entry: StoreEntry | None = field(default=None, compare=False, repr=False)
 
     # What a rank is among (knowgic.measure.ranks.RankingKey): one model and revision, one edit set (dataset
@@ -270,13 +273,12 @@ def row_from_entry(entry: StoreEntry, columns: Columns) -> Row:
     counts = summary.get("counts", {})
     private = summary.get("private")
     private_ifr = private_check = None
+    private_old = False
     if isinstance(private, Mapping) and isinstance(private.get("metrics"), Mapping):
-        from knowgic.measure.compare import ifr_check
-
         private_ifr = MetricCell.from_results(private["metrics"].get("ifr"), "not in this file")
-        # Decided here from the two metrics (as the score stage decides it), not taken from the file.
-        if isinstance(metrics.get("ifr"), Mapping) and isinstance(private["metrics"].get("ifr"), Mapping):
-            private_check = ifr_check(metrics, private["metrics"])
+        gap = private.get("ifr_gap")
+        private_check = gap if isinstance(gap, Mapping) else None
+        private_old = "ifr_gap" not in private  # results schema 1.4 and before: a same-edit holdout
     return Row(
         row_id=entry.entry_id,
         source=entry.source,
@@ -297,8 +299,61 @@ def row_from_entry(entry: StoreEntry, columns: Columns) -> Row:
         level=(summary.get("uncertainty") or {}).get("level"),
         private_ifr=private_ifr,
         private_check=private_check,
+        private_old=private_old,
         entry=entry,
     )
+
+
+def reference_row(row: Row) -> bool:
+    """Whether a row's run calibrates the private split's flag for the others: verified, by a built-in
+    editor that edits (its editor is a built-in's name and its class that editor's class), with a gap on
+    the private split."""
+    from knowgic.editors.registry import BUILTIN_EDITORS
+    from knowgic.measure.gap import is_reference_editor
+
+    if row.entry is None or row.source != "verified" or row.private_check is None:
+        return False
+    config = row.entry.summary["config"]
+    return (
+        is_reference_editor(config)
+        and BUILTIN_EDITORS.get(str(config.get("editor"))) == config.get("editor_class")
+        and row.private_check.get("gap") is not None
+    )
+
+
+def calibrated_rows(rows: Sequence[Row]) -> list[Row]:
+    """``rows`` with the private flag of each run its file could not calibrate (the split records no
+    calibration for its ranking) decided again from the store's reference runs (:func:`reference_row`) of
+    its ranking and private split, its own run left out, where there are at least
+    :data:`knowgic.measure.gap.MIN_REFERENCE_RUNS`. A flag the split's own record calibrated (the
+    operator's reference runs) is kept: a verified run's editor class is what its job named, and the
+    split's record is the operator's own."""
+    from dataclasses import replace
+
+    from knowgic.measure.gap import MIN_REFERENCE_RUNS, STORE_SOURCE, calibration, recalibrated
+
+    def split_of(row: Row) -> tuple[Any, ...]:
+        private = row.entry.summary.get("private") if row.entry is not None else None
+        dataset = private.get("dataset") if isinstance(private, Mapping) else None
+        return (row.ranking, dataset.get("sha256") if isinstance(dataset, Mapping) else None)
+
+    references: dict[tuple[Any, ...], list[Row]] = {}
+    for row in rows:
+        if reference_row(row):
+            references.setdefault(split_of(row), []).append(row)
+    out = []
+    for row in rows:
+        check = row.private_check
+        if check is not None and check.get("calibration") is None and row.entry is not None:
+            gaps = [
+                float(r.private_check["gap"])  # type: ignore[index]
+                for r in references.get(split_of(row), [])
+                if r is not row
+            ]
+            if len(gaps) >= MIN_REFERENCE_RUNS:
+                row = replace(row, private_check=recalibrated(check, calibration(gaps, STORE_SOURCE)))
+        out.append(row)
+    return out
 
 
 # The upstream file names editors by the paper's spelling; rows use the benchmark's editor names.
@@ -469,10 +524,14 @@ class TablePage:
     pages: int
     constant: dict[str, str] = field(default_factory=dict)  # hidden column -> the one value it holds
     ranking: RankingKey | None = None  # the ranking shown (its label names the edit set)
+    # What the ranks rest on, to show beside the ranking: "ranked on the private split ..." or "ranked on
+    # the public data: no private split" ("" without ranks).
+    rank_note: str = ""
 
 
-RankCache = dict[tuple[str, ...], dict[str, tuple[RankRange | None, float | None]]]
-"""Each ranking's ranks by the sorted hashes of its runs: results sha256 -> (rank range, ranked value)."""
+RankCache = dict[tuple[str, ...], tuple[dict[str, tuple[RankRange | None, float | None]], str]]
+"""Each ranking's ranks by the sorted hashes of its runs: (results sha256 -> (rank range, ranked value),
+what the ranks rest on in words: the private split or the public data)."""
 
 
 def verified_document(entry: StoreEntry) -> dict[str, Any]:
@@ -502,7 +561,7 @@ class Board:
     ) -> None:
         self.columns = columns if columns is not None else leaderboard_columns()
         self.headers = column_headers(self.columns)
-        rows = [row_from_entry(e, self.columns) for e in scan.entries]
+        rows = calibrated_rows([row_from_entry(e, self.columns) for e in scan.entries])
         if include_reported:
             rows.extend(reported_rows(self.columns))
         self.rows: list[Row] = rows
@@ -613,13 +672,23 @@ class Board:
                     readable.append(row)
                 except (OSError, ValueError, StoreFileError):  # changed since the scan: the next says why
                     continue
-            found = rank_ranges(documents, self.columns.rank.path)
-            self._rank_cache[cache_key] = {
-                row.entry.results_sha256: ranked  # type: ignore[union-attr]
-                for row, ranked in zip(readable, found, strict=True)
+            found, basis = rank_ranges(documents, self.columns.rank.path)
+            ranked = {
+                row.entry.results_sha256: item  # type: ignore[union-attr]
+                for row, item in zip(readable, found, strict=True)
             }
-        cached = self._rank_cache[cache_key]
+            self._rank_cache[cache_key] = (ranked, basis)
+        cached = self._rank_cache[cache_key][0]
         return {row.row_id: cached.get(row.entry.results_sha256, (None, None)) for row in rows}  # type: ignore[union-attr]
+
+    def rank_basis(self, key: RankingKey) -> str:
+        """What the ranks of ranking ``key`` rest on, in words: the private split every run was scored on,
+        or the public data and why (:func:`knowgic.measure.compare.rank_basis`)."""
+        rows = [row for row in self.rows if row.entry is not None and row.ranking == key]
+        cache_key = tuple(sorted(row.entry.results_sha256 for row in rows if row.entry is not None))
+        if cache_key not in self._rank_cache:
+            self.ranks(key)
+        return self._rank_cache[cache_key][1]
 
     def page(self, query: TableQuery) -> TablePage:
         selected = self.select(query)
@@ -636,6 +705,7 @@ class Board:
         key = self.ranking_of(query) if query.part == "ranked" else None
         ranked = key is not None
         ranks = self.ranks(key) if key is not None and len(selected) else {}
+        rank_note = self.rank_basis(key) if ranks and key is not None else ""
         if ranks and query.sort in (None, self.columns.rank.path) and query.descending:
             # The ranking's own order: by the value that ranks (best first), undefined last.
             sign = 1.0 if self.columns.rank.metric.lower_is_better else -1.0
@@ -658,7 +728,7 @@ class Board:
         if ranked:
             label = self.columns.rank.label.lower()
             cells = [
-                [rank_html(ranks.get(row.row_id, (None, None))[0], len(ranks), label), *line]
+                [rank_html(ranks.get(row.row_id, (None, None))[0], len(ranks), label, rank_note), *line]
                 for row, line in zip(rows, cells, strict=True)
             ]
             headers, datatypes, widths = [RANK_HEADER, *headers], ["html", *datatypes], ["50px", *widths]
@@ -673,6 +743,7 @@ class Board:
             pages=pages,
             constant=constant,
             ranking=key,
+            rank_note=rank_note,
         )
 
     def _html(self, column: str) -> bool:
@@ -725,12 +796,15 @@ RANK_TITLE = (
 )
 
 
-def rank_html(rank: RankRange | None, of: int | None = None, metric: str = "deep-editing score") -> str:
+def rank_html(
+    rank: RankRange | None, of: int | None = None, metric: str = "deep-editing score", basis: str = ""
+) -> str:
     """A rank range as the Rank cell shows it ("2–5"); "–" for a run without a value to rank. ``metric``:
-    the rank metric's label, in lower case."""
+    the rank metric's label, in lower case; ``basis``: what the ranks rest on, in words (hover)."""
     if rank is None:
         return f'<span class="kg-undefined" title="no {text(metric)}: not ranked">–</span>'
     title = RANK_TITLE.format(metric=metric) + (f"; {of} runs ranked" if of else "")
+    title += f"; {basis}" if basis else ""
     return f'<span class="kg-rank" title="{text(title)}">{text(rank.text)}</span>'
 
 
@@ -754,19 +828,49 @@ def column_width(column: str, columns: Columns) -> str:
 _HTML_COLUMNS = frozenset({"links", "row_id", "editor", "private_ifr"})  # and every metric column
 
 
+FLAG_MARK = "⚑ public IFR below private"
+"""The mark of a run whose private split's flag is raised (:mod:`knowgic.measure.gap`)."""
+
+
+def flag_text(check: Mapping[str, Any]) -> str:
+    """A flag record in words: the run's per-edit IFR on both edit sets and its gap, the honest editors'
+    gaps, the statistic and the verdict (or why there is none)."""
+
+    def number(key: str, signed: bool = False) -> str:
+        value = check.get(key)
+        return "–" if value is None else format_number(float(value), 3, signed=signed)
+
+    words = (
+        f"per-edit IFR public {number('public')} ({check.get('public_edits')} edits), private "
+        f"{number('private')} ({check.get('private_edits')} edits): gap {number('gap', True)}, SE {number('se')}"
+    )
+    calibration = check.get("calibration")
+    if isinstance(calibration, Mapping):
+        words += (
+            f"; honest editors' gaps {format_number(float(calibration['mean']), 3, signed=True)} ± "
+            f"{format_number(float(calibration['sd']), 3)} over {calibration['runs']} runs ({calibration['source']})"
+        )
+    if check.get("flagged") is None:
+        return f"{words}; not decided: {check.get('reason', '')}"
+    statistic = check.get("statistic")
+    shown = "–" if statistic is None else f"{float(statistic):.2f}"
+    verdict = "flagged" if check.get("flagged") else "not flagged"
+    return f"{words}; t = {shown}, {verdict} at one-sided {check.get('alpha')}"
+
+
 def private_ifr_html(row: Row) -> str:
-    """The private split's IFR as a metric cell, flagged when it differs from the public IFR beyond their
-    intervals; "–" when the run scored no private split."""
+    """The private split's IFR as a metric cell; its flag's verdict on hover, and a mark where it is raised
+    (:mod:`knowgic.measure.gap`); "–" when the run scored no private split."""
     if row.private_ifr is None:
         return f'<span class="kg-undefined" title="{text(NO_PRIVATE)}">–</span>'
     cell = row.private_ifr.html(row.level)
-    if row.private_flagged:
-        check = row.private_check or {}
-        why = (
-            f"public IFR {check.get('public', float('nan')):.4f} {check.get('public_interval')}, private IFR "
-            f"{check.get('private', float('nan')):.4f} {check.get('private_interval')}: {check.get('rule', '')}"
-        )
-        cell += f' <span class="kg-flag" title="{text(why)}">⚑ differs from public</span>'
+    check = row.private_check
+    if row.private_old:
+        cell += f' <span class="kg-private-old" title="{text(OLD_BLOCK)}">(holdout)</span>'
+    elif check is not None and row.private_flagged:
+        cell += f' <span class="kg-flag" title="{text(flag_text(check))}">{FLAG_MARK}</span>'
+    elif check is not None:
+        cell += f' <span class="kg-flag-note" title="{text(flag_text(check))}">ⓘ</span>'
     return cell
 
 

@@ -160,38 +160,40 @@ def _entry_at(metrics: Mapping[str, Any], path: str) -> Mapping[str, Any]:
     return entry if isinstance(entry, Mapping) else {}
 
 
-def private_note(document: Mapping[str, Any]) -> str:
-    """What the detail header says about a private split: which one, both IFRs, and the flag."""
+def private_note(document: Mapping[str, Any], check: Mapping[str, Any] | None = None) -> str:
+    """What the detail header says about a private split: which one, both IFRs, and the flag (``check``: the
+    board's, decided with the store's reference runs, :attr:`Row.private_check`; default the file's)."""
+    from knowgic.leaderboard.table import flag_text
+    from knowgic.measure.private import OLD_BLOCK
+
     private = document.get("private")
     if not isinstance(private, Mapping):
         return ""
     esc = html.escape
-    from knowgic.measure.compare import ifr_check
-
     dataset = private.get("dataset") or {}
-    try:  # decided here from the two metrics, as the score stage decides it, not taken from the file
-        check = ifr_check(document["metrics"], private["metrics"])
-    except (KeyError, TypeError):
-        check = {}
     counts = private.get("counts") or {}
-
-    def shown(value: Any, interval: Any) -> str:
-        return f"{_value(value)} {_interval({'interval': interval})}"
-
+    metrics = private.get("metrics") or {}
+    public_ifr = (document.get("metrics") or {}).get("ifr") or {}
+    private_ifr = metrics.get("ifr") or {} if isinstance(metrics, Mapping) else {}
     lines = [
         f'<p class="kg-private">Private split {esc(str(dataset.get("name", "")))} '
         f"{esc(str(dataset.get('version', '')))} (sha256 {esc(str(dataset.get('sha256', ''))[:12])}…, "
         f"{esc(str(counts.get('chains', '–')))} chains of {esc(str(counts.get('edits', '–')))} edits): "
-        f"IFR public {esc(shown(check.get('public'), check.get('public_interval')))}, private "
-        f"{esc(shown(check.get('private'), check.get('private_interval')))}.</p>"
+        f"IFR (paper) public {esc(_value(public_ifr.get('value')))} {esc(_interval(public_ifr))}, private "
+        f"{esc(_value(private_ifr.get('value')))} {esc(_interval(private_ifr))}.</p>"
     ]
+    if "ifr_gap" not in private:
+        lines.append(f'<p class="kg-private">{esc(OLD_BLOCK[0].upper() + OLD_BLOCK[1:])}.</p>')
+        return "\n".join(lines)
+    check = check if check is not None else private.get("ifr_gap") or {}
     if check.get("flagged"):
         lines.append(
-            '<p class="kg-flag"><strong>⚑ Public and private IFR differ beyond their intervals</strong>: the '
-            "method may have learned the published chains rather than edited the facts.</p>"
+            '<p class="kg-flag"><strong>⚑ The public IFR is below the private one by more than honest '
+            "editors' gaps</strong>: the method may have learned the published chains rather than edited the "
+            f"facts ({esc(flag_text(check))}).</p>"
         )
-    elif check.get("reason"):
-        lines.append(f'<p class="kg-private">Not compared: {esc(str(check["reason"]))}.</p>')
+    else:
+        lines.append(f'<p class="kg-private">Flag: {esc(flag_text(check))}.</p>')
     return "\n".join(lines)
 
 

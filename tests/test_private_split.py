@@ -1,21 +1,22 @@
 """Private splits, end to end without containers: `knowgic dataset holdout` writes one from the published
 chains; the score stage given `--private-dataset` scores its chains of the job's edits beside the public ones
-(public figures unchanged, private ones recomputable from their own records); a split that is tampered with
-or that edits anything the public version does not request is refused with one line; the leaderboard shows
-both IFRs and flags a run whose intervals do not overlap. Also: every in-context prefix lands in
-results.json and in the leaderboard's per-edit table.
+(public figures unchanged); the private block publishes only what ranking needs (edit keys, per-edit sums,
+metrics recomputed from them, the flag) and every number of it is checked; runs on one private split rank
+from it, and say so; a split that is tampered with or that edits anything the public version does not
+request is refused with one line; the leaderboard shows both IFRs and the flag. Also: every in-context
+prefix lands in results.json and in the leaderboard's per-edit table.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from knowgic.dataset.loading import load_rows
@@ -24,8 +25,9 @@ from knowgic.dataset.validate import validate_folder
 from knowgic.editors.hparams import load_hparams
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
-from knowgic.measure.compare import IFR_CHECK_RULE, ifr_check
-from knowgic.recompute import check_results
+from knowgic.measure.compute import metrics_of_sums
+from knowgic.measure.private import edit_key, read_private
+from knowgic.recompute import check_results, settings_of
 from knowgic.records import Case
 from knowgic.results import read_results, validation_errors
 from knowgic.runner.stages.cli import main
@@ -33,6 +35,7 @@ from knowgic.runner.stages.contract import JobSpec
 from knowgic.runner.stages.edit import run_edit_stage
 from knowgic.runner.stages.prepare import edit_requests
 from knowgic.runner.stages.score import run_score_stage
+from knowgic.spec import benchmark_spec
 
 LIMIT = 3
 
@@ -139,7 +142,7 @@ def test_public_figures_are_those_of_a_run_without_the_private_split(split_run: 
     assert [r["ifr"] for r in document["per_edit"]] == [r["ifr"] for r in reference["per_edit"]]
 
 
-def test_private_chains_of_the_job_s_edits_are_scored_and_recomputable(
+def test_the_private_block_publishes_only_what_ranking_needs(
     split_run: dict[str, Any], holdout: Path
 ) -> None:
     document = split_run["document"]
@@ -147,9 +150,10 @@ def test_private_chains_of_the_job_s_edits_are_scored_and_recomputable(
     private = document["private"]
     split = read_private_split(holdout)
     run_edits = [r["edit_id"] for r in document["per_edit"]]
-    expected = sorted(c.case_id for c in split.cases if c.request.edit_id in run_edits)
-    assert sorted(c["case_id"] for c in private["chains"]) == expected
-    assert [r["edit_id"] for r in private["per_edit"]] == run_edits
+    assert set(private) == {
+        "dataset", "edits_outside_run", "counts", "edits", "sums", "metrics", "uncertainty", "ifr_gap"
+    }  # fmt: skip
+    assert private["edits"] == [edit_key(split.ref.sha256, e) for e in run_edits]
     assert private["edits_outside_run"] == len({c.request.edit_id for c in split.cases}) - LIMIT
     assert private["dataset"] == {
         "name": "knowgic-private",
@@ -157,42 +161,94 @@ def test_private_chains_of_the_job_s_edits_are_scored_and_recomputable(
         "config": "chains",
         "sha256": split.ref.sha256,
     }
-    # A held-out chain is a published chain: the same model, edit and chain give the same r before and after
-    # (to float32 rounding: it was scored in other batches).
-    public = {c["case_id"]: c for c in document["chains"]}
-    for chain in private["chains"]:
-        twin = public[chain["case_id"]]
-        assert chain["active"] == twin["active"]
-        assert math.isclose(chain["r_pre"], twin["r_pre"], abs_tol=1e-5)
-        assert math.isclose(chain["r_post"], twin["r_post"], abs_tol=1e-5)
-    # Every private figure is what its own records give (the recomputation the store applies).
-    assert check_results(private) == []
-    check = private["ifr_check"]
-    assert check == ifr_check(document["metrics"], private["metrics"])
-    assert check["public"] == document["metrics"]["ifr"]["value"]
-    assert check["private"] == private["metrics"]["ifr"]["value"]
-    assert all(record["seconds"] is None for record in private["per_edit"])
+    # Nothing names an edit, a chain or a fact: no case id, edit id, chain record, subject or answer.
+    text = json.dumps(private)
+
+    def keys(value: Any) -> set[str]:
+        if isinstance(value, dict):
+            return set(value) | {k for v in value.values() for k in keys(v)}
+        return {k for v in value for k in keys(v)} if isinstance(value, list) else set()
+
+    found = keys(private)
+    assert not found & {
+        "case_id",
+        "per_edit",
+        "edit_id",
+        "r_pre",
+        "r_post",
+        "prompt_prefix",
+        "info",
+        "length",
+    }
+    assert isinstance(private["counts"]["chains"], int)  # "chains" only as a count
+    cases = [c for c in split.cases if c.request.edit_id in run_edits]
+    for case in cases:
+        for word in (case.request.edit_id, case.request.subject, case.request.target_new):
+            assert f'"{word}"' not in text, word
+    # The metrics are what the sums give, by the top level's computation.
+    sums = read_private(private).sums
+    assert private["metrics"] == metrics_of_sums(sums, benchmark_spec(), settings_of(private))
+    assert sums["efficacy"].ratio.numerator.size == LIMIT
+    gap = private["ifr_gap"]
+    assert gap["metric"] == "ifr_per_edit" and gap["public_edits"] == gap["private_edits"] == LIMIT
+    assert gap["flagged"] is None and gap["reason"].startswith("not calibrated: 0 reference runs")
+    assert check_results(document) == []
 
 
-def test_ifr_check_flags_only_intervals_that_do_not_overlap() -> None:
-    def metrics(value: float | None, interval: list[float] | None, reason: str | None = None) -> dict:
-        entry: dict[str, Any] = {"value": value, "n": 10, "interval": interval}
-        if reason:
-            entry["interval_reason"] = reason
-        return {"ifr": entry}
+def test_every_private_number_is_checked(split_run: dict[str, Any]) -> None:
+    """A private figure, sum, edit count or flag edited by hand is listed by the store's recomputation."""
+    document = split_run["document"]
 
-    apart = ifr_check(metrics(0.01, [0.0, 0.05]), metrics(0.35, [0.2, 0.5]))
-    assert apart["flagged"] and math.isclose(apart["difference"], 0.34) and apart["rule"] == IFR_CHECK_RULE
-    assert ifr_check(metrics(0.5, [0.4, 0.6]), metrics(0.3, [0.1, 0.45]))["flagged"] is False
-    assert ifr_check(metrics(0.5, [0.4, 0.6]), metrics(0.3, [0.1, 0.4]))["flagged"] is False  # touching
-    assert ifr_check(metrics(0.7, [0.61, 0.8]), metrics(0.3, [0.1, 0.6]))["flagged"] is True
-    one_edit = ifr_check(metrics(0.5, [0.4, 0.6]), metrics(0.1, None, "the run has one edit"))
-    assert (
-        one_edit["flagged"] is False
-        and one_edit["reason"] == "the private IFR has no interval (the run has one edit)"
-    )
-    undefined = ifr_check(metrics(None, None), metrics(0.1, [0.0, 0.2]))
-    assert undefined["flagged"] is False and undefined["reason"] == "IFR is undefined on the public chains"
+    def edited(change) -> list[str]:
+        copy = json.loads(json.dumps(document))
+        change(copy["private"])
+        return check_results(copy)
+
+    value = document["private"]["metrics"]["ifr_per_edit"]["value"]
+    lines = edited(lambda p: p["metrics"]["ifr_per_edit"].update(value=0.0))
+    assert lines == [f"private.metrics.ifr_per_edit.value: stated 0, recomputed {value:.6g}"]
+    lines = edited(lambda p: p["sums"]["efficacy"]["numerator"].__setitem__(0, 0.0))
+    assert any(line.startswith("private.metrics.efficacy.value: stated") for line in lines)
+    assert any(line.startswith("private.ifr_gap") for line in edited(lambda p: p["ifr_gap"].update(gap=-0.5)))
+    assert edited(lambda p: p["ifr_gap"].update(flagged=True)) == [
+        "private.ifr_gap.flagged: stated True, recomputed null"
+    ]
+    assert edited(lambda p: p["counts"].update(edits=7)) == [
+        f"private.counts.edits: stated 7, recomputed {LIMIT}"
+    ]
+    assert edited(lambda p: p["sums"]["efficacy"]["numerator"].pop()) == [
+        f"private.sums.efficacy: numerator and denominator differ in length ({LIMIT - 1} vs {LIMIT})"
+    ]
+
+
+def test_an_old_private_block_is_read_shown_and_never_ranked(split_run: dict[str, Any]) -> None:
+    """A results schema 1.4 document with the private block of a same-edit holdout stays readable."""
+    from knowgic.leaderboard import views
+    from knowgic.measure.compare import rank_basis
+    from knowgic.results import content_sha256, results_document
+
+    old = json.loads(json.dumps(split_run["reference"]))
+    old["schema_version"] = "1.4"
+    old["private"] = {
+        "dataset": dict(split_run["document"]["private"]["dataset"]),
+        "edits_outside_run": 0,
+        "metrics": old["metrics"],
+        "counts": old["counts"],
+        "per_edit": old["per_edit"],
+        "chains": old["chains"],
+        "uncertainty": old["uncertainty"],
+        "ifr_check": {
+            "public": 0.5, "private": 0.5, "difference": 0.0, "public_interval": [0.4, 0.6],
+            "private_interval": [0.4, 0.6], "flagged": False, "rule": "intervals do not overlap",
+        },
+    }  # fmt: skip
+    old["sha256"] = content_sha256(old)
+    document = results_document(old, "old.json")
+    assert not document.private_ranks and check_results(document) == []
+    basis = rank_basis([document, split_run["document"]])
+    assert not basis.private and "results schema 1.4 or before" in basis.note
+    assert "never ranked from or flagged" in views.private_note(document)
+    assert "sums" not in document.summary()["private"] and "chains" not in document.summary()["private"]
 
 
 def test_the_score_command_takes_the_private_split(knowgic_tiny, holdout: Path, tmp_path: Path) -> None:
@@ -206,8 +262,116 @@ def test_the_score_command_takes_the_private_split(knowgic_tiny, holdout: Path, 
     assert code == 0
     document = read_results(tmp_path / "out" / "results.json")
     assert document["private"]["counts"]["edits"] == 2
-    # The unedited model loses nothing: both IFRs are 1, with intervals that overlap.
-    assert document["private"]["ifr_check"]["flagged"] is False
+    # The unedited model loses nothing: its IFR is 1 on both edit sets, so no gap; no calibration here.
+    gap = document["private"]["ifr_gap"]
+    assert abs(gap["gap"]) < 1e-6 and gap["flagged"] is None and gap["calibration"] is None
+
+
+@pytest.fixture(scope="module")
+def ranked_runs(knowgic_tiny, holdout: Path, tmp_path_factory) -> dict[str, Path]:
+    """ROME and the unedited model on the first edits with the private split, and the unedited model
+    without it: results files, as a store holds them."""
+    root = tmp_path_factory.mktemp("ranked")
+    split = read_private_split(holdout)
+    runs = {}
+    for name, editor, private in (("rome", "rome", split), ("none", "none", split), ("public", "none", None)):
+        request = EvaluationRequest(
+            model="knowgic-tiny", editor=editor, limit=LIMIT, use_cache=False, out_dir=root / name
+        )
+        runs[name] = evaluate(request, progress=False, loaded=knowgic_tiny, private=private).results_path
+    return runs
+
+
+def test_runs_on_one_private_split_rank_from_it_and_say_so(ranked_runs: dict[str, Path], tmp_path) -> None:
+    from knowgic.evaluation.sweep import summary_table
+    from knowgic.leaderboard.table import Board, TableQuery
+    from knowgic.measure.compare import PUBLIC_BASIS, compare_private, compare_results, rank_basis
+    from knowgic.measure.ranks import rank_runs
+    from knowgic.runner.store.store import ResultsStore
+
+    rome, none, public = (read_results(ranked_runs[n]) for n in ("rome", "none", "public"))
+    ranking = rank_runs([rome, none])["deep_editing_score"]
+    assert ranking.private and ranking.basis.startswith("ranked on the private split knowgic-private 1.1.0")
+    assert ranking.values == (
+        rome["private"]["metrics"]["deep_editing_score"]["value"],
+        none["private"]["metrics"]["deep_editing_score"]["value"],
+    )
+    assert [r.text for r in ranking.ranges] == ["1", "2"]
+    on_public = rank_runs([rome, none], private=False)["deep_editing_score"]
+    assert on_public.values[0] == rome["metrics"]["deep_editing_score"]["value"] and not on_public.private
+    # A run without the split: the ranking is the public data's, and says why.
+    assert rank_basis([rome, public]).note == "ranked on the public data: 1 of 2 runs have no private split"
+    assert rank_basis([public]).note == PUBLIC_BASIS
+    # compare: the private split's verdicts beside the public ones
+    differences, basis = compare_private(rome, none)
+    assert basis.private and differences is not None
+    efficacy = {d.metric: d for d in differences}["efficacy"]
+    assert efficacy.a == rome["private"]["metrics"]["efficacy"]["value"]
+    assert len(differences) == len(compare_results(rome, none))
+    # summarize: the private table ranks, the public figures follow unranked
+    table = summary_table([rome, none])
+    assert table.startswith("On the private split (these figures rank):")
+    assert "Public figures (to reproduce the run; not ranked):" in table
+    assert "Ranks: ranked on the private split knowgic-private 1.1.0" in table
+    # the leaderboard: ranks and order from the private split, and the note beside the ranking
+    store = ResultsStore(tmp_path / "store", verified_cache=tmp_path / "cache")
+    entries = {n: store.add_local(ranked_runs[n], label=n).entry_id for n in ("rome", "none")}
+    page = Board(store.scan(), include_reported=False).page(TableQuery(model="knowgic-tiny", part="ranked"))
+    assert page.rank_note == ranking.basis and page.row_ids == [entries["rome"], entries["none"]]
+    assert ranking.basis in page.cells[0][0]  # the rank cell's hover says it too
+    other = ResultsStore(tmp_path / "other", verified_cache=tmp_path / "cache2")
+    other.add_local(ranked_runs["public"], label="public")
+    shown = Board(other.scan(), include_reported=False).page(TableQuery(model="knowgic-tiny", part="ranked"))
+    assert shown.rank_note == PUBLIC_BASIS
+
+
+def test_the_split_s_calibration_record_decides_the_flag(
+    ranked_runs: dict[str, Path], holdout: Path, knowgic_tiny, tmp_path
+) -> None:
+    """The operator's reference runs, recorded in the split's version.json, calibrate the flag at scoring
+    time; a record of another ranking does not."""
+    import shutil
+
+    from knowgic.measure.gap import calibration_record
+    from knowgic.measure.ranks import ranking_key
+
+    rome, none = read_results(ranked_runs["rome"]), read_results(ranked_runs["none"])
+    record = calibration_record([rome, none])
+    assert record["ranking"] == ranking_key(rome).digest and record["split_sha256"] == split_sha(rome)
+    assert [r["editor"] for r in record["runs"]] == ["rome"]  # the unedited model is never a reference
+    assert record["runs"][0]["gap"] == rome["private"]["ifr_gap"]["gap"]
+    # Three reference runs (the operator's; their gaps written here by hand) calibrate the next run.
+    record["runs"] = [{**record["runs"][0], "gap": g} for g in (-0.02, 0.0, 0.03)]
+    copy = tmp_path / "split"
+    shutil.copytree(holdout, copy)
+    info = json.loads((copy / "version.json").read_text())
+    (copy / "version.json").write_text(json.dumps({**info, "calibration": record}))
+    document = evaluate(
+        EvaluationRequest(model="knowgic-tiny", editor="none", limit=LIMIT, use_cache=False),
+        progress=False,
+        loaded=knowgic_tiny,
+        private=read_private_split(copy),
+    ).document
+    gap = document["private"]["ifr_gap"]
+    assert gap["calibration"] == {
+        "source": "the private split's calibration record",
+        "runs": 3,
+        "mean": pytest.approx(0.01 / 3),
+        "sd": pytest.approx(float(np.std([-0.02, 0.0, 0.03], ddof=1))),
+    }
+    assert gap["flagged"] is False and check_results(document) == []
+    # The same record read for a run of another ranking (all edits, not the first three) does not apply.
+    from knowgic.measure.gap import split_calibration
+
+    other = split_calibration(record, "0" * 12, split_sha(rome), "ifr_per_edit")
+    assert other == (
+        "not calibrated: 0 reference runs (the private split's calibration is of another ranking); the flag "
+        "needs the gaps of at least 3 built-in editors' runs on the same public edits and private split"
+    )
+
+
+def split_sha(document: dict[str, Any]) -> str:
+    return str(document["private"]["dataset"]["sha256"])
 
 
 def test_every_in_context_prefix_is_recorded_per_edit(knowgic_tiny) -> None:
@@ -228,9 +392,10 @@ def test_every_in_context_prefix_is_recorded_per_edit(knowgic_tiny) -> None:
     assert [r["prompt_prefix"] for r in weights["per_edit"]] == [""]
 
 
-def test_the_leaderboard_shows_prefixes_and_both_ifrs_and_flags_a_gap(split_run: dict[str, Any]) -> None:
+def test_the_leaderboard_shows_prefixes_and_both_ifrs_and_the_flag(split_run: dict[str, Any]) -> None:
     from knowgic.leaderboard import views
-    from knowgic.leaderboard.table import MetricCell, Row, private_ifr_html
+    from knowgic.leaderboard.table import FLAG_MARK, MetricCell, Row, private_ifr_html
+    from knowgic.measure.gap import calibration, recalibrated
 
     document = split_run["document"]
     frame = views.metrics_frame(_row(document), document)
@@ -238,12 +403,13 @@ def test_the_leaderboard_shows_prefixes_and_both_ifrs_and_flags_a_gap(split_run:
     ifr = frame[frame["Metric"] == "IFR (paper)"].iloc[0]  # the paper's pooled IFR, beside its per-edit form
     assert ifr["Private"] == f"{document['private']['metrics']['ifr']['value']:.4f}"
     note = views.private_note(document)
-    assert "Private split knowgic-private 1.1.0" in note and "differ beyond" not in note
+    assert "Private split knowgic-private 1.1.0" in note and "not decided: not calibrated" in note
+    assert FLAG_MARK not in note
 
-    gap = json.loads(json.dumps(document))
-    gap["metrics"]["ifr"].update(value=0.01, interval=[0.0, 0.02])
-    gap["private"]["metrics"]["ifr"].update(value=0.4, interval=[0.3, 0.5])
-    assert "⚑ Public and private IFR differ beyond their intervals" in views.private_note(gap)
+    gap = document["private"]["ifr_gap"]
+    flagged = recalibrated(gap, calibration([gap["gap"] - 1.0, gap["gap"] - 1.1, gap["gap"] - 0.9], "three"))
+    assert flagged["flagged"] is True
+    assert "⚑ The public IFR is below the private one" in views.private_note(document, flagged)
     row = Row(
         row_id="r",
         source="local",
@@ -254,17 +420,10 @@ def test_the_leaderboard_shows_prefixes_and_both_ifrs_and_flags_a_gap(split_run:
         dataset="1.1.0",
         metrics={},
         private_ifr=MetricCell(0.4, 30, 0.3, 0.5),
-        private_check=ifr_check(gap["metrics"], gap["private"]["metrics"]),
+        private_check=flagged,
     )
-    assert "⚑ differs from public" in private_ifr_html(row)
-    assert "differs" not in private_ifr_html(
-        Row(
-            **{
-                **row.__dict__,
-                "private_check": ifr_check(document["metrics"], document["private"]["metrics"]),
-            }
-        )
-    )
+    assert FLAG_MARK in private_ifr_html(row) and "t = " in private_ifr_html(row)
+    assert FLAG_MARK not in private_ifr_html(Row(**{**row.__dict__, "private_check": gap}))
 
     prefixed = json.loads(json.dumps(document))
     prefixed["per_edit"][0]["prompt_prefix"] = "Imagine that " + "x" * 1000

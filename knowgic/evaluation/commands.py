@@ -543,13 +543,15 @@ def run_compare(args: argparse.Namespace) -> int:
 
     from knowgic.formatting import FEW_EDITS_MARK, format_interval, format_number, verdict_meaning
     from knowgic.intervals import FEW_EDITS, listing, methods_for
-    from knowgic.measure.compare import compare_results
+    from knowgic.measure.compare import compare_private, compare_results
     from knowgic.paired import PAIRED_TEST_BY_KIND
     from knowgic.printable import plain_cell, printable_json
     from knowgic.spec import benchmark_spec
 
     a, b = _run_document(args.run_a), _run_document(args.run_b)
     differences = compare_results(a, b, level=args.level)
+    # Where both runs were scored on one private split, its differences are the verdicts that count.
+    private, basis = compare_private(a, b, level=args.level)
     level = f"{round(100 * args.level)}%"
     if args.json:
         report = {
@@ -562,39 +564,52 @@ def run_compare(args: argparse.Namespace) -> int:
                 "few_edits_below": FEW_EDITS,
             },
             "differences": [{**asdict(d), "verdict": _verdict(d, None)} for d in differences],
+            "basis": basis.note,
+            "private_differences": None
+            if private is None
+            else [{**asdict(d), "verdict": _verdict(d, None)} for d in private],
         }
         print(printable_json(report, indent=2))
         return 0
     spec = benchmark_spec()
     c = a["config"]
-    table = Table(  # names from the results files: text, never rich markup or terminal escapes
-        title=plain_cell(
-            f"B - A | {c['model']} | KnowGIC {a['dataset']['version']} | {c['protocol']} | {c['mode']}"
-        ),
-        caption=plain_cell(f"A = {c['editor']} ({args.run_a}), B = {b['config']['editor']} ({args.run_b})"),
-        title_justify="left",
-        caption_justify="left",
-    )
-    table.add_column("metric")
-    for column in ("A", "B", "B - A", f"{level} interval", "p"):
-        table.add_column(column, justify="right")
-    table.add_column("verdict")
-    for d in differences:
-        interval = format_interval((d.low, d.high), signed=True)
-        difference = format_number(d.difference, signed=True)
-        p = "–" if d.p_value is None else f"{d.p_value:.3g}"
-        table.add_row(
-            spec.path_label(d.metric),
-            _fmt(d.a),
-            _fmt(d.b),
-            difference,
-            interval,
-            p,
-            _verdict(d, spec.metric_at(d.metric)),
-        )
     # Piped or logged output gets whole lines rather than a table folded to 80 columns.
     console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(table)
+    tables = (
+        [("", differences)]
+        if private is None
+        else [(" | private split", private), (" | public", differences)]
+    )
+    for where, found in tables:
+        table = Table(  # names from the results files: text, never rich markup or terminal escapes
+            title=plain_cell(
+                f"B - A | {c['model']} | KnowGIC {a['dataset']['version']} | {c['protocol']} | {c['mode']}{where}"
+            ),
+            caption=plain_cell(
+                f"A = {c['editor']} ({args.run_a}), B = {b['config']['editor']} ({args.run_b})"
+            ),
+            title_justify="left",
+            caption_justify="left",
+        )
+        table.add_column("metric")
+        for column in ("A", "B", "B - A", f"{level} interval", "p"):
+            table.add_column(column, justify="right")
+        table.add_column("verdict")
+        for d in found:
+            interval = format_interval((d.low, d.high), signed=True)
+            difference = format_number(d.difference, signed=True)
+            p = "–" if d.p_value is None else f"{d.p_value:.3g}"
+            table.add_row(
+                spec.path_label(d.metric),
+                _fmt(d.a),
+                _fmt(d.b),
+                difference,
+                interval,
+                p,
+                _verdict(d, spec.metric_at(d.metric)),
+            )
+        console.print(table)
+    console.print(plain_cell(f"Verdicts: {basis.note.replace('ranked on', 'on')}."))
     tests = "; ".join(
         f"{test} for {listing(labels)}"
         for test, labels in methods_for(spec.metric_paths(), PAIRED_TEST_BY_KIND)

@@ -362,9 +362,7 @@ def evaluate(
         },
     }
     if private is not None and second is not None and run.private is not None:
-        document["private"] = private_document(
-            second[0], run.private, private, second[1], document["metrics"], spec, seconds_observed
-        )
+        document["private"] = private_document(second[0], run.private, private, second[1], document, spec)
     if fields is not None:
         document["submission"] = fields.submission
         document["runner"] = fields.runner

@@ -1,15 +1,20 @@
-"""The private split's part of a results document: the same metrics, on chains submitted code never read.
+"""The private split's part of a results document: what ranking needs of it, on edits submitted code never read.
 
     evaluate(request, private=split)                               (knowgic.dataset.private.PrivateSplit)
-        private plan = the split's chains of the run's edits       (each split edit is a public edit request)
-        harness: scored while each edit is in place                (RunScores.private)
-        document["private"] = {dataset, edits_outside_run, metrics (+ intervals), counts, per_edit, chains,
-                               uncertainty, ifr_check}
+        private plan = the split's edits                           (RunScores.private)
+        harness: scored while each edit is in place
+        records ──metric_sums──> per-edit sums ──knowgic.measure.private.private_block──>
+        document["private"] = {dataset, edits_outside_run, counts, edits (opaque keys), sums, metrics,
+                               uncertainty, ifr_gap}
 
-``ifr_check`` flags a run whose public and private IFR differ beyond their intervals, that is, whose two
-intervals (each the cluster bootstrap over edits of :mod:`knowgic.intervals`, on its own chains) do not
-overlap. A method that memorised the published chains recovers fewer of them after its edits (a low public
-IFR) than of chains it never saw; an honest method's two figures estimate the same quantity.
+The block publishes no case id, chain, per-chain score, per-edit text or prefix: each edit is an opaque key
+(:func:`knowgic.measure.private.edit_key`), each metric its per-edit sums, from which every value and
+interval is recomputed (:func:`knowgic.recompute.check_results`) and every ranking pairs runs edit by edit.
+
+``ifr_gap`` is the flag of :mod:`knowgic.measure.gap`: the run's per-edit IFR on the private against the
+public edits, calibrated by the honest editors' gaps the split's ``version.json`` records (its
+``calibration``, :func:`knowgic.measure.gap.calibration_record`); not calibrated (``flagged`` null) where it
+records none for this run's ranking. The leaderboard decides the flag again from the store's reference runs.
 """
 
 from __future__ import annotations
@@ -18,9 +23,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from knowgic.dataset.io import read_json
+from knowgic.dataset.versions import VERSION_FILE
+from knowgic.evaluation.outcomes import collect_outcomes, records_of
 from knowgic.evaluation.plan import EvalPlan, build_plan
-from knowgic.evaluation.scored import scored_block
-from knowgic.measure.compare import ifr_check
+from knowgic.measure.compute import counts, metric_sums
+from knowgic.measure.gap import edit_gap, flag_record, gap_metric, split_calibration
+from knowgic.measure.private import private_block
+from knowgic.measure.ranks import ranking_key
+from knowgic.measure.records import Records
 
 if TYPE_CHECKING:
     from knowgic.dataset.private import PrivateSplit
@@ -52,17 +63,35 @@ def private_document(
     run: RunScores,
     split: PrivateSplit,
     edits_outside_run: int,
-    public_metrics: Mapping[str, Any],
+    public: Mapping[str, Any],
     spec: BenchmarkSpec,
-    seconds_observed: bool = True,
 ) -> dict[str, Any]:
-    """The ``private`` object of a results document (``public_metrics`` with their intervals): the same
-    scored block as the top level's (:func:`knowgic.evaluation.scored.scored_block`), so
-    :func:`knowgic.recompute.check_results` applies to it unchanged."""
-    block = scored_block(plan, run, spec, seconds_observed=seconds_observed)
-    return {
-        "dataset": asdict(split.ref),
-        "edits_outside_run": edits_outside_run,
-        **block,
-        "ifr_check": ifr_check(public_metrics, block["metrics"]),
-    }
+    """The ``private`` object of a results document.
+
+    ``plan`` and ``run``: the split's plan and its scores; ``public``: the document being built (its
+    ``config``, ``dataset``, ``counts``, ``per_edit`` and ``chains``), whose per-edit IFR the flag compares
+    with the split's."""
+    records = records_of(collect_outcomes(plan, run), [edit.edit_id for edit in plan.edits])
+    sums = metric_sums(records, spec)
+    block = private_block(
+        asdict(split.ref),
+        split.kind,
+        edits_outside_run,
+        records.edit_ids,
+        sums,
+        {**counts(records), "distinct_queries": len(plan.queries)},
+        spec,
+    )
+    metric = gap_metric(spec)
+    public_sums = metric_sums(Records.from_document(public), spec)[metric]
+    found = split_calibration(_calibration_of(split), ranking_key(public).digest, split.ref.sha256, metric)
+    if not split.ranks:  # a drill's chains are the public edits': no gap to speak of
+        found = "the split is a drill (chains of the public edits): no flag"
+    block["ifr_gap"] = flag_record(edit_gap(public_sums, sums[metric]), metric, found)
+    return block
+
+
+def _calibration_of(split: PrivateSplit) -> Any:
+    """The ``calibration`` record of the split's ``version.json`` (None where it has none)."""
+    info = read_json(split.folder / VERSION_FILE)
+    return info.get("calibration") if isinstance(info, Mapping) else None

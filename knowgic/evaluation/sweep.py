@@ -117,10 +117,21 @@ class SummaryRanks:
     settings: BootstrapSettings
     reason: str | None = None
 
+    @property
+    def basis(self) -> str:
+        """What the ranks rest on, in words (:func:`knowgic.measure.compare.rank_basis`); "" without ranks."""
+        return next((r.basis for r in self.rankings.values()), "")
+
+    @property
+    def private(self) -> bool:
+        """Whether the ranks come from a private split every run was scored on."""
+        return any(r.private for r in self.rankings.values())
+
     def report(self, spec: BenchmarkSpec) -> dict[str, Any]:
-        """The ranking as JSON: what ranks (key, method, level, resamples, seed)."""
+        """The ranking as JSON: what ranks (key, basis, method, level, resamples, seed)."""
         return {
             "ranking": None if self.key is None else self.key.label,
+            "basis": self.basis,
             "method": RANK_METHODS[RANK_METHOD],
             "level": self.settings.level,
             "resamples": self.settings.resamples,
@@ -244,9 +255,20 @@ def summary_table(
                 f"{doc['timing']['edit_seconds'] / max(1, c['edits']):.2f}",
             ]
         )
-    lines = _table(documents, labels, headline, ranks, ("active chains", "s/edit"), extra)
-    lines += ["", "IFR by chain length (chains of n steps):", ""]
-    lines += _table(documents, labels, lengths, ranks)
+    if ranks.private:  # the private split ranks; the public figures follow, unranked, to reproduce
+        blocks = [d["private"] for d in documents]
+        counts = [[f"{b['counts']['active_chains']}/{b['counts']['chains']}"] for b in blocks]
+        lines = ["On the private split (these figures rank):", ""]
+        lines += _table(blocks, labels, headline, ranks, ("active chains",), counts)
+        lines += ["", "IFR by chain length on the private split (chains of n steps):", ""]
+        lines += _table(blocks, labels, lengths, ranks)
+        unranked = SummaryRanks({}, ranks.key, settings)
+        lines += ["", "Public figures (to reproduce the run; not ranked):", ""]
+        lines += _table(documents, labels, headline, unranked, ("active chains", "s/edit"), extra)
+    else:
+        lines = _table(documents, labels, headline, ranks, ("active chains", "s/edit"), extra)
+        lines += ["", "IFR by chain length (chains of n steps):", ""]
+        lines += _table(documents, labels, lengths, ranks)
 
     first = documents[0]
     cfg = first["config"]
@@ -285,6 +307,7 @@ def summary_table(
             "docs/metrics.md, Rank ranges); a better value never shows a worse rank, and rows whose ranges "
             "overlap are not told apart. **Bold**: rows whose range holds rank 1."
         )
+        lines.append(f"Ranks: {ranks.basis}.")
     return "\n".join(lines) + "\n"
 
 

@@ -10,8 +10,11 @@
                                          metric is its ``ranked_by`` form's (IFR: IFR per edit)
         compare_with_best(paired, ...)   each run against the best by the ranked form, Holm-adjusted (the
                                          summary's marks)
-        ranks_by_significance(paired, m) 1 + the runs significantly better (the leaderboard's rank)
-        ifr_check(public, private)       a run's public against its private-split IFR
+        rank_basis(documents)            what a ranking of them rests on: the private split every run was
+                                         scored on (results schema 1.5), else the public data, in words
+        private_paired(documents)        the same alignment over their private blocks' per-edit sums,
+                                         paired by edit key (knowgic.measure.private)
+        compare_private(a, b)            every metric on the private split, B minus A (``knowgic compare``)
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from knowgic.intervals import (
     BootstrapSettings,
 )
 from knowgic.measure.compute import metric_entry_at, metric_sums, metric_values
+from knowgic.measure.private import has_sums, read_private
 from knowgic.measure.records import Records
 from knowgic.measure.registry import EditSums
 from knowgic.paired import (
@@ -264,32 +268,112 @@ def compare_results(
     return [paired.difference(path, 0, 1) for path in paired.declared]
 
 
-IFR_CHECK_RULE = "flagged when the public and the private IFR intervals do not overlap"
+PUBLIC_BASIS = "ranked on the public data: no private split"
+"""The note of a ranking whose runs were scored on no private split (for knowgic-tiny none can exist: every
+fact it knows is on a published chain)."""
 
 
-def ifr_check(public: Mapping[str, Any], private: Mapping[str, Any]) -> dict[str, Any]:
-    """Public against private IFR (metric entries with intervals): the difference and the flag."""
-    pub, pri = public["ifr"], private["ifr"]
-    record: dict[str, Any] = {
-        "public": pub["value"],
-        "private": pri["value"],
-        "difference": None,
-        "public_interval": pub.get("interval"),
-        "private_interval": pri.get("interval"),
-        "flagged": False,
-        "rule": IFR_CHECK_RULE,
-    }
-    if pub["value"] is None or pri["value"] is None:
-        record["reason"] = (
-            "IFR is undefined on the " + ("public" if pub["value"] is None else "private") + " chains"
+@dataclass(frozen=True)
+class RankBasis:
+    """What a ranking or comparison of runs rests on: the private split every run was scored on (its
+    dataset reference and number of edits), or the public data (``split`` None); ``note`` says which, and
+    why not the private split, in words."""
+
+    split: Mapping[str, Any] | None
+    edits: int
+    note: str
+
+    @property
+    def private(self) -> bool:
+        return self.split is not None
+
+
+def rank_basis(documents: Sequence[Mapping[str, Any]]) -> RankBasis:
+    """The private split when every run has a private block of results schema 1.5 of one split over the
+    same edits (Kaggle's rule: the private figures rank, the public ones reproduce); else the public data,
+    with the reason."""
+    blocks = [d.get("private") for d in documents]
+    n = len(blocks)
+    if all(b is None for b in blocks):
+        return RankBasis(None, 0, PUBLIC_BASIS)
+    missing = sum(b is None for b in blocks)
+    if missing:
+        return RankBasis(None, 0, f"ranked on the public data: {missing} of {n} runs have no private split")
+    old = sum(not has_sums(b) for b in blocks)
+    if old:
+        return RankBasis(
+            None,
+            0,
+            f"ranked on the public data: {old} of {n} runs have a private block of results schema 1.4 or "
+            "before (scored on chains of the public edits), which never ranks",
         )
-        return record
-    record["difference"] = pri["value"] - pub["value"]
-    if not pub.get("interval") or not pri.get("interval"):
-        which = "public" if not pub.get("interval") else "private"
-        why = (pub if which == "public" else pri).get("interval_reason") or "no interval"
-        record["reason"] = f"the {which} IFR has no interval ({why})"
-        return record
-    (pub_low, pub_high), (pri_low, pri_high) = pub["interval"], pri["interval"]
-    record["flagged"] = pub_high < pri_low or pri_high < pub_low
-    return record
+    drills = sum(b.get("kind") != "disjoint" for b in blocks)  # type: ignore[union-attr]
+    if drills:
+        return RankBasis(
+            None,
+            0,
+            f"ranked on the public data: {drills} of {n} runs were scored on a drill (chains of the public "
+            "edits), which never ranks",
+        )
+    splits = {str(b["dataset"]["sha256"]) for b in blocks}  # type: ignore[index]
+    if len(splits) > 1:
+        return RankBasis(
+            None,
+            0,
+            f"ranked on the public data: the runs were scored on {len(splits)} different private splits",
+        )
+    keys = {frozenset(b["edits"]) for b in blocks}  # type: ignore[index]
+    if len(keys) > 1:
+        return RankBasis(
+            None, 0, "ranked on the public data: the runs scored different edits of the private split"
+        )
+    split = blocks[0]["dataset"]  # type: ignore[index]
+    edits = len(blocks[0]["edits"])  # type: ignore[index]
+    return RankBasis(
+        split,
+        edits,
+        f"ranked on the private split {split['name']} {split['version']} (sha256 {str(split['sha256'])[:12]}, "
+        f"{edits} edits); the public figures are shown to reproduce",
+    )
+
+
+def private_paired(
+    documents: Sequence[Mapping[str, Any]],
+    settings: BootstrapSettings | None = None,
+    spec: BenchmarkSpec | None = None,
+) -> PairedResamples:
+    """:func:`paired_resamples` over the runs' private blocks (:func:`rank_basis` must be the private
+    split): each run's per-edit sums in the first run's order of edit keys, so that edit ``e`` is the same
+    private edit in every run. ``documents`` of the result are the private blocks (their ``metrics``)."""
+    settings = settings or BootstrapSettings()
+    spec = spec or benchmark_spec()
+    blocks = [read_private(d["private"], f"run {i} private") for i, d in enumerate(documents, 1)]
+    order = blocks[0].keys
+    sums = tuple(b.reordered(order) for b in blocks)
+    values = tuple({p: v.value for p, v in metric_values(s, spec).items()} for s in sums)
+    flipping = "sign_flip" in PAIRED_METHOD_BY_KIND.values() and len(order) >= 2
+    flips = sign_flips(len(order), settings.seed) if flipping else None
+    privates = tuple(d["private"] for d in documents)
+    return PairedResamples(settings, privates, sums, spec.metric_paths(), flips, values=values)
+
+
+def compare_private(
+    a: Mapping[str, Any],
+    b: Mapping[str, Any],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    level: float = DEFAULT_LEVEL,
+    spec: BenchmarkSpec | None = None,
+) -> tuple[list[MetricDifference] | None, RankBasis]:
+    """:func:`compare_results` on the private split both runs were scored on, paired by edit key, and the
+    basis; no differences (None) where they share none (the basis says why)."""
+    problem = comparability_problem(a, b)
+    if problem is not None:
+        raise KnowgicError(f"cannot compare the runs: {problem}")
+    basis = rank_basis([a, b])
+    if not basis.private:
+        return None, basis
+    settings = BootstrapSettings(resamples=resamples, seed=seed, level=level)
+    paired = private_paired([a, b], settings, spec)
+    return [paired.difference(path, 0, 1) for path in paired.declared], basis

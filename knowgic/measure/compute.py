@@ -3,13 +3,16 @@ r"""From a run's records to every metric's value, n, reason and interval: the on
 ::
 
     Records ──registry (one function per metric)──> EditSums per metric path (a_e, b_e, n, reason)
-            ├─> value   sum_e a_e / sum_e b_e (or null with the reason); composites from their parts' values
-            ├─> interval knowgic.intervals.batch_intervals(sums, declared kinds)
+            ├─> metrics_of_sums: every metric entry from the sums alone
+            │     ├─ value    sum_e a_e / sum_e b_e (or null with the reason); composites from their parts' values
+            │     └─ interval knowgic.intervals.batch_intervals(sums, declared kinds)
             └─> counts   chains, active, recoverable, edits, facts known, neighbours known
     compute(records, spec, settings) = {"metrics", "counts", "uncertainty"}
 
 ``knowgic evaluate`` writes what :func:`compute` gives into every results document; the store's
-verification, ``knowgic.recompute``, the coverage simulation and the leaderboard compute with it too.
+verification, ``knowgic.recompute``, the coverage simulation and the leaderboard compute with it too. A
+private split's block publishes its per-edit sums instead of its records (:mod:`knowgic.measure.private`):
+its metrics are :func:`metrics_of_sums` of them, the same computation.
 """
 
 from __future__ import annotations
@@ -59,15 +62,28 @@ def _entry(value: M.MetricValue) -> dict[str, Any]:
     return entry
 
 
+def computable_paths(sums: Mapping[str, EditSums], spec: BenchmarkSpec) -> dict[str, MetricSpec]:
+    """The declared metric paths (spec order) that ``sums`` give: every plain one with its sums, every
+    composite with all its parts' (all of them for a run's own records; a private block written before a
+    metric was declared lacks its sums)."""
+    return {
+        path: metric
+        for path, metric in spec.metric_paths().items()
+        if (all(p in sums for p in metric.of) if metric.kind == "composite" else path in sums)
+    }
+
+
 def metric_values(
     sums: Mapping[str, EditSums], spec: BenchmarkSpec, registry: MetricRegistry = METRICS
 ) -> dict[str, M.MetricValue]:
-    """Every declared metric's value by path: the plain ones from their sums, composites from their parts."""
+    """Every metric's value by path (:func:`computable_paths`): the plain ones from their sums, composites
+    from their parts."""
     values = {path: s.value for path, s in sums.items()}
+    paths = computable_paths(sums, spec)
     for name, metric in spec.metrics.items():
-        if metric.kind == "composite":
+        if metric.kind == "composite" and name in paths:
             values[name] = registry.composite(name, [values[p].value for p in metric.of])
-    return {path: values[path] for path in spec.metric_paths()}
+    return {path: values[path] for path in paths}
 
 
 def intervals(
@@ -116,23 +132,17 @@ def metric_entry_at(metrics: Mapping[str, Any], path: str) -> Mapping[str, Any]:
     return entry[tail] if tail else entry
 
 
-def compute(
-    records: Records,
+def metrics_of_sums(
+    sums: Mapping[str, EditSums],
     spec: BenchmarkSpec,
-    settings: BootstrapSettings | None = None,
+    settings: BootstrapSettings,
     registry: MetricRegistry = METRICS,
 ) -> dict[str, Any]:
-    """Every declared metric of ``records`` in the shape a results document holds them.
-
-    Returns ``{"metrics", "counts", "uncertainty"}``: ``metrics`` has every metric the spec declares, in
-    spec order (value, ``n``, the reason for a null, and the interval fields of
-    :func:`knowgic.intervals.interval_fields`; a metric with parts maps each part to such an entry),
-    ``counts`` what :func:`counts` gives, ``uncertainty`` the interval settings.
-    """
-    settings = settings or BootstrapSettings()
-    sums = metric_sums(records, spec, registry)
+    """A results document's ``metrics`` from per-edit sums alone: every metric of
+    :func:`computable_paths`, in spec order (value, ``n``, the reason for a null, and the interval fields of
+    :func:`knowgic.intervals.interval_fields`; a metric with parts maps each part to such an entry)."""
     values = metric_values(sums, spec, registry)
-    declared = spec.metric_paths()
+    declared = computable_paths(sums, spec)
     found = intervals(sums, values, declared, settings)
     metrics: dict[str, Any] = {}
     for path in declared:
@@ -142,4 +152,22 @@ def compute(
             metrics.setdefault(head, {})[part] = entry
         else:
             metrics[head] = entry
+    return metrics
+
+
+def compute(
+    records: Records,
+    spec: BenchmarkSpec,
+    settings: BootstrapSettings | None = None,
+    registry: MetricRegistry = METRICS,
+) -> dict[str, Any]:
+    """Every declared metric of ``records`` in the shape a results document holds them.
+
+    Returns ``{"metrics", "counts", "uncertainty"}``: ``metrics`` is :func:`metrics_of_sums` of the
+    records' :func:`metric_sums` (every metric the spec declares), ``counts`` what :func:`counts` gives,
+    ``uncertainty`` the interval settings.
+    """
+    settings = settings or BootstrapSettings()
+    sums = metric_sums(records, spec, registry)
+    metrics = metrics_of_sums(sums, spec, settings, registry)
     return {"metrics": metrics, "counts": counts(records), "uncertainty": settings.record()}

@@ -11,6 +11,11 @@ r"""Rank ranges: where each run of one ranking stands on a metric, as a range th
             B_i = #{j : j better beyond doubt},  W_i = #{j : j worse beyond doubt}
       ──rank range of i = [1 + B_i, n - W_i], widened in value order──> RankRange per run
 
+*On which edits.* Where every run of a ranking was scored on one private split (results schema 1.5),
+the values and ranges come from its per-edit sums, paired over its edit keys; the public figures are
+shown to reproduce. Else the public edits rank, and the ranking says so
+(:func:`knowgic.measure.compare.rank_basis`).
+
 *What is ranked.* A metric's ``ranked_by`` form (``spec/benchmark.yaml``): IFR ranks by its per-edit form,
 Preservation by its macro form, every other metric by itself (:func:`ranked_forms`). Rows are ordered by
 that form's value, and the rank of a run is :math:`1 + |\{j : \theta_j \text{ better than } \theta_i\}|`
@@ -52,7 +57,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -66,7 +71,13 @@ from knowgic.intervals import (
     ratio_linear,
     resample_counts,
 )
-from knowgic.measure.compare import PairedResamples, paired_resamples
+from knowgic.measure.compare import (
+    PairedResamples,
+    RankBasis,
+    paired_resamples,
+    private_paired,
+    rank_basis,
+)
 from knowgic.measure.compute import metric_entry_at
 from knowgic.spec import BenchmarkSpec, MetricSpec, benchmark_spec
 
@@ -281,6 +292,10 @@ class MetricRanking:
     method: str
     level: float
     reason: str | None = None
+    # What the ranks rest on (knowgic.measure.compare.rank_basis): the private split every run was scored
+    # on, or the public data, in words; ``private`` whether it is the private split.
+    basis: str = ""
+    private: bool = False
 
     @property
     def ranked(self) -> int:
@@ -480,19 +495,29 @@ def rank_runs(
     settings: BootstrapSettings | None = None,
     spec: BenchmarkSpec | None = None,
     names: Sequence[str] | None = None,
+    private: bool = True,
 ) -> dict[str, MetricRanking]:
     """The rank ranges of runs of one ranking (:func:`one_ranking`, else a :class:`KnowgicError`) on each
-    metric of ``metrics`` (default: the headline metrics), by its ranked form: metric path -> ranking."""
+    metric of ``metrics`` (default: the headline metrics), by its ranked form: metric path -> ranking.
+
+    Where every run was scored on one private split (:func:`knowgic.measure.compare.rank_basis`), the
+    values and ranges are the private split's, paired over its edit keys; else the public data's. Each
+    ranking's ``basis`` says which (``private``: False gives the public ranks regardless)."""
     spec = spec or benchmark_spec()
     one_ranking(documents, names)
     forms = ranked_forms(spec)
     wanted = list(metrics) if metrics is not None else list(forms)
-    paired = paired_resamples(documents, settings, spec)
+    basis = rank_basis(documents) if private else RankBasis(None, 0, "ranked on the public data")
+    if basis.private:
+        paired = private_paired(documents, settings, spec)
+    else:
+        paired = paired_resamples(documents, settings, spec)
     by_form: dict[str, MetricRanking] = {}
     out = {}
     for path in wanted:
         form = ranked_form(spec, path)
         if form not in by_form:
-            by_form[form] = rank_metric(paired, form)
+            found = rank_metric(paired, form)
+            by_form[form] = replace(found, basis=basis.note, private=basis.private)
         out[path] = by_form[form]
     return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +50,34 @@ class EditSums:
         if reason is None and not float(b.sum()) > 0.0:
             raise KnowgicError("internal error: a metric with no weight in any edit needs a reason")
         return cls(Ratio(a, b), n, reason)
+
+    def record(self) -> dict[str, Any]:
+        """The sums as JSON (a private block's ``sums``): ``numerator``, ``denominator``, ``n`` and, where the
+        metric is undefined, ``reason``. Floats print exactly, so :meth:`from_record` gives them back bit
+        for bit."""
+        out: dict[str, Any] = {
+            "numerator": [float(x) for x in self.ratio.numerator],
+            "denominator": [float(x) for x in self.ratio.denominator],
+            "n": self.n,
+        }
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return out
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], where: str) -> EditSums:
+        """Sums read back from :meth:`record`; a one-line :class:`KnowgicError` naming ``where`` when the
+        two arrays differ in length, a weight is negative, or a metric with no weight gives no reason."""
+        a = np.asarray(record["numerator"], dtype=float)
+        b = np.asarray(record["denominator"], dtype=float)
+        if a.shape != b.shape or a.ndim != 1:
+            raise KnowgicError(f"{where}: numerator and denominator differ in length ({a.size} vs {b.size})")
+        if not (np.isfinite(a).all() and np.isfinite(b).all()) or (b < 0).any():
+            raise KnowgicError(f"{where}: the sums must be finite, the denominators at least 0")
+        reason = record.get("reason")
+        if reason is None and not float(b.sum()) > 0.0:
+            raise KnowgicError(f"{where}: no edit has weight, and no reason says why the metric is undefined")
+        return cls(Ratio(a, b), int(record["n"]), None if reason is None else str(reason))
 
     @property
     def value(self) -> MetricValue:
