@@ -278,7 +278,8 @@ def row_from_entry(entry: StoreEntry, columns: Columns) -> Row:
         private_ifr = MetricCell.from_results(private["metrics"].get("ifr"), "not in this file")
         gap = private.get("ifr_gap")
         private_check = gap if isinstance(gap, Mapping) else None
-        private_old = "ifr_gap" not in private  # results schema 1.4 and before: a same-edit holdout
+        # Results schema 1.4 and before (a same-edit holdout), or a drill: shown, never ranked or flagged.
+        private_old = "ifr_gap" not in private or private.get("kind") != "disjoint"
     return Row(
         row_id=entry.entry_id,
         source=entry.source,

@@ -121,12 +121,29 @@ def unpublished_hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def world_dataset(tmp_path_factory: pytest.TempPathFactory, unpublished_hf_home: Path) -> Path:
-    """The dataset folder ``knowgic build`` makes from the unpublished world on that model."""
-    from tests.private_world import built_world
+def world_dataset() -> Path:
+    """What ``knowgic build`` makes of the unpublished world on that model: the folder shipped in
+    tests/data/private_world/dataset (``test_private_world.py`` builds it again and compares)."""
+    from tests.private_world import WORLD_DATASET
 
-    root = tmp_path_factory.mktemp("private-world")
-    return built_world(root / "dataset", unpublished_hf_home, root / "build")
+    return WORLD_DATASET
+
+
+@pytest.fixture(scope="session")
+def world_split(tmp_path_factory: pytest.TempPathFactory, world_dataset: Path) -> Path:
+    """A private split of 10 new edits drawn from the world's build (``knowgic dataset holdout --from``)."""
+    from knowgic.dataset.private import write_disjoint
+
+    return write_disjoint(world_dataset, tmp_path_factory.mktemp("world-split") / "split", max_edits=10).out
+
+
+@pytest.fixture(scope="session")
+def unpublished_model():
+    """The unpublished-world model loaded in this process, from its prebuilt folder."""
+    from knowgic.models.loading import load_model
+    from tests.private_world import PREBUILT
+
+    return load_model(str(PREBUILT), device="cpu", progress=False)
 
 
 @pytest.fixture(scope="session")

@@ -151,8 +151,10 @@ def test_the_private_block_publishes_only_what_ranking_needs(
     split = read_private_split(holdout)
     run_edits = [r["edit_id"] for r in document["per_edit"]]
     assert set(private) == {
-        "dataset", "edits_outside_run", "counts", "edits", "sums", "metrics", "uncertainty", "ifr_gap"
+        "dataset", "kind", "edits_outside_run", "counts", "edits", "sums", "metrics", "uncertainty", "ifr_gap"
     }  # fmt: skip
+    assert private["kind"] == "drill" and private["ifr_gap"]["flagged"] is None
+    assert private["ifr_gap"]["reason"] == "the split is a drill (chains of the public edits): no flag"
     assert private["edits"] == [edit_key(split.ref.sha256, e) for e in run_edits]
     assert private["edits_outside_run"] == len({c.request.edit_id for c in split.cases}) - LIMIT
     assert private["dataset"] == {
@@ -191,7 +193,7 @@ def test_the_private_block_publishes_only_what_ranking_needs(
     assert sums["efficacy"].ratio.numerator.size == LIMIT
     gap = private["ifr_gap"]
     assert gap["metric"] == "ifr_per_edit" and gap["public_edits"] == gap["private_edits"] == LIMIT
-    assert gap["flagged"] is None and gap["reason"].startswith("not calibrated: 0 reference runs")
+    assert gap["flagged"] is None  # a drill: no flag (the reason is checked above)
     assert check_results(document) == []
 
 
@@ -268,17 +270,25 @@ def test_the_score_command_takes_the_private_split(knowgic_tiny, holdout: Path, 
 
 
 @pytest.fixture(scope="module")
-def ranked_runs(knowgic_tiny, holdout: Path, tmp_path_factory) -> dict[str, Path]:
-    """ROME and the unedited model on the first edits with the private split, and the unedited model
-    without it: results files, as a store holds them."""
+def ranked_runs(unpublished_model, world_split: Path, tmp_path_factory) -> dict[str, Path]:
+    """ROME and the unedited model on the first public edits with a private split of new edits (the
+    unpublished-world model: knowgic-tiny can have none), and the unedited model without it: results files,
+    as a store holds them."""
+    from tests.private_world import hparams_file
+
     root = tmp_path_factory.mktemp("ranked")
-    split = read_private_split(holdout)
+    split = read_private_split(world_split)
     runs = {}
     for name, editor, private in (("rome", "rome", split), ("none", "none", split), ("public", "none", None)):
         request = EvaluationRequest(
-            model="knowgic-tiny", editor=editor, limit=LIMIT, use_cache=False, out_dir=root / name
+            model=unpublished_model.model_id,
+            editor=editor,
+            hparams_path=str(hparams_file(editor)) if editor == "rome" else None,
+            limit=LIMIT,
+            use_cache=False,
+            out_dir=root / name,
         )
-        runs[name] = evaluate(request, progress=False, loaded=knowgic_tiny, private=private).results_path
+        runs[name] = evaluate(request, progress=False, loaded=unpublished_model, private=private).results_path
     return runs
 
 
@@ -291,7 +301,7 @@ def test_runs_on_one_private_split_rank_from_it_and_say_so(ranked_runs: dict[str
 
     rome, none, public = (read_results(ranked_runs[n]) for n in ("rome", "none", "public"))
     ranking = rank_runs([rome, none])["deep_editing_score"]
-    assert ranking.private and ranking.basis.startswith("ranked on the private split knowgic-private 1.1.0")
+    assert ranking.private and ranking.basis.startswith("ranked on the private split knowgic-private 0.1.0")
     assert ranking.values == (
         rome["private"]["metrics"]["deep_editing_score"]["value"],
         none["private"]["metrics"]["deep_editing_score"]["value"],
@@ -312,21 +322,22 @@ def test_runs_on_one_private_split_rank_from_it_and_say_so(ranked_runs: dict[str
     table = summary_table([rome, none])
     assert table.startswith("On the private split (these figures rank):")
     assert "Public figures (to reproduce the run; not ranked):" in table
-    assert "Ranks: ranked on the private split knowgic-private 1.1.0" in table
+    assert "Ranks: ranked on the private split knowgic-private 0.1.0" in table
     # the leaderboard: ranks and order from the private split, and the note beside the ranking
     store = ResultsStore(tmp_path / "store", verified_cache=tmp_path / "cache")
     entries = {n: store.add_local(ranked_runs[n], label=n).entry_id for n in ("rome", "none")}
-    page = Board(store.scan(), include_reported=False).page(TableQuery(model="knowgic-tiny", part="ranked"))
+    model = rome["config"]["model"]
+    page = Board(store.scan(), include_reported=False).page(TableQuery(model=model, part="ranked"))
     assert page.rank_note == ranking.basis and page.row_ids == [entries["rome"], entries["none"]]
     assert ranking.basis in page.cells[0][0]  # the rank cell's hover says it too
     other = ResultsStore(tmp_path / "other", verified_cache=tmp_path / "cache2")
     other.add_local(ranked_runs["public"], label="public")
-    shown = Board(other.scan(), include_reported=False).page(TableQuery(model="knowgic-tiny", part="ranked"))
+    shown = Board(other.scan(), include_reported=False).page(TableQuery(model=model, part="ranked"))
     assert shown.rank_note == PUBLIC_BASIS
 
 
 def test_the_split_s_calibration_record_decides_the_flag(
-    ranked_runs: dict[str, Path], holdout: Path, knowgic_tiny, tmp_path
+    ranked_runs: dict[str, Path], world_split: Path, unpublished_model, tmp_path
 ) -> None:
     """The operator's reference runs, recorded in the split's version.json, calibrate the flag at scoring
     time; a record of another ranking does not."""
@@ -343,13 +354,13 @@ def test_the_split_s_calibration_record_decides_the_flag(
     # Three reference runs (the operator's; their gaps written here by hand) calibrate the next run.
     record["runs"] = [{**record["runs"][0], "gap": g} for g in (-0.02, 0.0, 0.03)]
     copy = tmp_path / "split"
-    shutil.copytree(holdout, copy)
+    shutil.copytree(world_split, copy)
     info = json.loads((copy / "version.json").read_text())
     (copy / "version.json").write_text(json.dumps({**info, "calibration": record}))
     document = evaluate(
-        EvaluationRequest(model="knowgic-tiny", editor="none", limit=LIMIT, use_cache=False),
+        EvaluationRequest(model=unpublished_model.model_id, editor="none", limit=LIMIT, use_cache=False),
         progress=False,
-        loaded=knowgic_tiny,
+        loaded=unpublished_model,
         private=read_private_split(copy),
     ).document
     gap = document["private"]["ifr_gap"]
@@ -403,7 +414,8 @@ def test_the_leaderboard_shows_prefixes_and_both_ifrs_and_the_flag(split_run: di
     ifr = frame[frame["Metric"] == "IFR (paper)"].iloc[0]  # the paper's pooled IFR, beside its per-edit form
     assert ifr["Private"] == f"{document['private']['metrics']['ifr']['value']:.4f}"
     note = views.private_note(document)
-    assert "Private split knowgic-private 1.1.0" in note and "not decided: not calibrated" in note
+    assert "Private split knowgic-private 1.1.0" in note
+    assert "not decided: the split is a drill (chains of the public edits): no flag" in note
     assert FLAG_MARK not in note
 
     gap = document["private"]["ifr_gap"]

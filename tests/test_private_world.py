@@ -26,6 +26,7 @@ from tests.private_world import (
     HUB_ID,
     WORLD_DIR,
     WORLD_VERSION,
+    built_world,
     hparams_file,
     hub_env,
     install_hub_entry,
@@ -206,7 +207,6 @@ def test_rome_edits_the_hub_model(unpublished_hf_home: Path, tmp_path: Path) -> 
 # ------------------------------------------------------------------------------------------ slow: the build
 
 
-@pytest.mark.slow
 def test_build_makes_chains_over_world_facts_only(world_dataset: Path) -> None:
     world = {(f.subject, f.prompt, f.answer) for f in world_facts()}
     facts, subjects, entities = _triples(world_dataset)
@@ -218,3 +218,12 @@ def test_build_makes_chains_over_world_facts_only(world_dataset: Path) -> None:
     for version in SHIPPED_VERSIONS:
         published, published_subjects, _ = _triples(version)
         assert not facts & published and not subjects & published_subjects
+
+
+@pytest.mark.slow
+def test_the_shipped_build_is_what_the_build_makes(
+    unpublished_hf_home: Path, world_dataset: Path, tmp_path: Path
+) -> None:
+    built = built_world(tmp_path / "dataset", unpublished_hf_home, tmp_path / "build")
+    sha = [json.loads((f / "version.json").read_text())["sha256"] for f in (built, world_dataset)]
+    assert sha[0] == sha[1]

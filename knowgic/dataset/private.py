@@ -119,12 +119,12 @@ class PrivateSplit:
 
     def describe(self) -> str:
         what = (
-            f"new edits, disjoint from every shipped version, built for {self.model}"
+            f"new edits disjoint from every shipped version, built for {self.model}"
             if self.ranks
-            else f"a drill: chains of {self.based_on}'s edits, never ranks"
+            else f"edits of {self.based_on}: a drill, never ranks"
         )
         return (
-            f"private split {self.folder} ({len(self.cases)} chains of {self.edit_count()} edits, {what}; "
+            f"private split {self.folder} ({len(self.cases)} chains of {self.edit_count()} {what}; "
             f"sha256 {self.ref.sha256[:12]}…)"
         )
 

@@ -32,10 +32,10 @@ from knowgic.spec import BenchmarkSpec
 EDIT_KEY_CHARS = 16
 """Hex digits of an edit key (64 bits: two edits of one split never share one)."""
 OLD_BLOCK = (
-    "its private block (results schema 1.4 and before) was scored on chains of the public edits (a "
-    "same-edit holdout) and records no per-edit sums: shown, never ranked from or flagged"
+    "its private block was scored on chains of the public edits (a drill, or a same-edit holdout of results "
+    "schema 1.4 and before): shown, never ranked from or flagged"
 )
-"""Why a private block written before results schema 1.5 does not rank."""
+"""Why a drill's private block, or one written before results schema 1.5, does not rank."""
 
 
 def edit_key(split_sha256: str, edit_id: str) -> str:
