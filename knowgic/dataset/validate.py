@@ -36,7 +36,7 @@ from knowgic.dataset.io import (
     read_text,
 )
 from knowgic.dataset.schemas import CONFIG_SCHEMAS, validator, yaml_features
-from knowgic.errors import KnowgicError
+from knowgic.errors import EXIT_FAILED_CHECK, EXIT_OK, KnowgicError
 from knowgic.schema_errors import explain, json_pointer, reportable, short
 from knowgic.yamlfile import YamlError, parse_yaml
 
@@ -87,7 +87,7 @@ class ValidationReport:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.ok else 1
+        return EXIT_OK if self.ok else EXIT_FAILED_CHECK
 
     def to_dict(self) -> dict[str, Any]:
         return {
