@@ -13,8 +13,9 @@ from knowgic.editors.hparams import hparams_sha256
 from knowgic.editors.registry import resolve_editor
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
-from knowgic.evaluation.evaluate import EvaluationRequest, check_request, evaluate, make_editor
-from knowgic.evaluation.outputs import check_writable, describe_run, write_atomic
+from knowgic.evaluation.evaluate import EvaluationRequest, evaluate, make_editor
+from knowgic.evaluation.outputs import describe_run, write_atomic
+from knowgic.evaluation.preflight import check_request, check_sweep_editors, check_sweep_folder
 from knowgic.formatting import FEW_EDITS_MARK, UNDEFINED, format_value
 from knowgic.intervals import (
     BOOTSTRAP_METHODS,
@@ -40,6 +41,7 @@ from knowgic.measure.ranks import (
     ranking_key,
     with_paper_forms,
 )
+from knowgic.models.available import check_model
 from knowgic.models.loading import load_model
 from knowgic.results import read_results
 from knowgic.scoring import make_scorer
@@ -397,20 +399,9 @@ def run_sweep(
     summary.md is written from all the runs at the end.
     """
 
-    if not editors:
-        raise KnowgicError("no editors given")
     stats = {"stats_corpus": stats_corpus, "stats_samples": stats_samples}
-    with_stats = {e for e in editors if resolve_editor(e).uses_key_statistics}
-    if (stats_corpus is not None or stats_samples is not None) and not with_stats:
-        raise KnowgicError(
-            f"--stats-corpus/--stats-samples: none of the editors {', '.join(editors)} uses key statistics"
-        )
-    check_writable(out_dir)
-    if (out_dir / "results.json").is_file():
-        raise KnowgicError(
-            f"{out_dir} holds a single run (results.json); a sweep writes one folder per editor, choose "
-            "another folder"
-        )
+    with_stats = check_sweep_editors(editors, stats_corpus is not None or stats_samples is not None)
+    check_sweep_folder(out_dir)
     summary_path = out_dir / "summary.md"
     # Protocol and mode left as None take the spec's defaults (EvaluationRequest's field defaults).
     chosen = {k: v for k, v in (("protocol", protocol), ("mode", mode)) if v is not None}
@@ -436,7 +427,8 @@ def run_sweep(
         if not overwrite and request.out_dir is not None and describe_run(request.out_dir) is not None:
             finished[i] = _finished_run(request)
         else:
-            check_request(request)
+            check_request(request, model=False)
+    check_model(model)  # once, last: it may ask the hub
     loaded = load_model(model, dtype=dtype, device=device, progress=progress)
     for i, document in finished.items():  # what only the loaded model tells: hparams, device, chat
         _check_same_run(document, requests[i], _after_load_settings(requests[i], loaded))
