@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowgic.dataset.loading import dataset_ref
+from knowgic.dataset.loading import dataset_label, dataset_ref
 from knowgic.editors.hparams import hparams_sha256
 from knowgic.editors.registry import resolve_editor
 from knowgic.errors import KnowgicError
@@ -142,15 +142,21 @@ class SummaryRanks:
         return out
 
 
+ONE_RUN = "one run, none to rank it among"
+"""Why the table of a single run ranks nothing (its footnote and ``ranking.reason`` in JSON)."""
+
+
 def summary_ranks(
     documents: Sequence[Mapping[str, Any]],
     spec: BenchmarkSpec | None = None,
     names: Sequence[str] | None = None,
 ) -> SummaryRanks:
     """Every ranked column's rank ranges (:func:`knowgic.measure.ranks.rank_runs`), with the settings of the
-    runs' own intervals; none, with the reason, when the runs cannot share a ranking."""
+    runs' own intervals; none, with the reason, when the runs cannot share a ranking or are one run."""
     spec = spec or benchmark_spec()
     settings = _bootstrap_settings(documents[0])
+    if len(documents) < 2:  # a rank among one row says nothing: no rank range, no bold
+        return SummaryRanks({}, None, settings, ONE_RUN)
     forms = [c.metric for c in (*headline_columns(spec), *length_columns(spec)) if c.ranked]
     forms += [f for f in ranked_forms(spec).values() if f not in forms]
     try:
@@ -265,7 +271,7 @@ def summary_table(
     paper_labels = listing(list(dict.fromkeys(declared[c.metric].label for c in papers)))
     lines.append("")
     lines.append(
-        f"Model `{cfg['model']}` ({cfg['dtype']}, {cfg['device']}), KnowGIC {first['dataset']['version']}, "
+        f"Model `{cfg['model']}` ({cfg['dtype']}, {cfg['device']}), {dataset_label(first['dataset'])}, "
         f"protocol `{cfg['protocol']}`, mode `{cfg['mode']}`, seed {cfg['seed']}, {edits} edits. "
         f"Each value: point estimate [{level}% interval], no interval where it cannot be computed (see "
         f"results.json); – : undefined. The interval's method follows the metric's kind (docs/metrics.md): "
