@@ -36,9 +36,8 @@ COMMAND_MODULES = (
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:
-        """argparse's usage errors: one line, naming the command whose --help shows its usage (exit 2)."""
-        line = printable(clip(f"{message} (see {self.prog} --help)", ERROR_LIMIT))
-        self.exit(EXIT_INPUT, f"error: {line}\n")
+        """argparse's usage errors: one line naming the argument (the usage is ``--help``'s), exit 2."""
+        self.exit(EXIT_INPUT, f"error: {printable(clip(message, ERROR_LIMIT))}\n")
 
 
 def exit_codes_text(width: int = 100) -> str:
