@@ -205,9 +205,6 @@ def test_a_bad_input_gets_one_line_exit_2_and_leaves_nothing(
         assert sorted(p.name for p in inputs.iterdir()) == before
 
 
-@pytest.mark.xfail(
-    strict=True, reason="runner submit opens the store's queue before the submission is validated"
-)
 def test_a_refused_submission_leaves_no_store(inputs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, _ = _run(capsys, ["runner", "submit", str(inputs / "submission"), "--store", str(inputs / "st")])
     assert code == EXIT_INPUT
