@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Every code block of README.md and docs/*.md, run as a reader runs it, or through its declaration.
+"""Every code block of README.md, docs/*.md and examples/*/README.md, run as a reader runs it, or as
+.ci/doc_blocks.yaml declares.
 
     python .ci/doc_blocks.py check          every block declared, every declaration still true (fast)
     python .ci/doc_blocks.py run [FILE ...] run the blocks, each page in a fresh copy of the tree
     python .ci/doc_blocks.py list           each block with what is done with it
 
-    README.md, docs/*.md ──> fenced blocks ──┬─ bash, sh, console, python, yaml: one entry each in
-                                             │  .ci/doc_blocks.yaml, in the page's order
-                                             └─ text: output, not run
+    the pages ──> fenced blocks ──┬─ bash, sh, console, python, yaml: one entry each in
+                                  │  .ci/doc_blocks.yaml, in the page's order
+                                  └─ text: output, not run
     entry ──> verbatim (run as written) | variant (a declared smaller script) | skip (a reason that is
               checked) | covered (run elsewhere: a step of .ci/run, or a named test) | same-as (equals a file)
 
@@ -62,8 +63,8 @@ SERVE_TIMEOUT_SECONDS = 240
 
 
 def pages(root: Path = ROOT) -> list[Path]:
-    """The pages whose code blocks are tests: the README, then docs/ in name order."""
-    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    """The pages whose code blocks are tests: the README, docs/ in name order, the examples' READMEs."""
+    return [root / "README.md", *sorted((root / "docs").glob("*.md")), *sorted((root / "examples").glob("*/README.md"))]
 
 
 @dataclass(frozen=True)
@@ -364,7 +365,7 @@ def plan(root: Path = ROOT) -> list[tuple[Block, Entry]]:
     out: list[tuple[Block, Entry]] = []
     names = {page.relative_to(root).as_posix() for page in pages(root)}
     problems += [
-        f"{DECLARATIONS.name}: {name} is not a page (README.md, docs/*.md)"
+        f"{DECLARATIONS.name}: {name} is not a page (README.md, docs/*.md, examples/*/README.md)"
         for name in declarations
         if name not in names
     ]

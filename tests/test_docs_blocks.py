@@ -1,5 +1,5 @@
-"""Every code block of README.md and docs/*.md is declared in .ci/doc_blocks.yaml, and each declaration
-still holds: a verbatim block is still the block, a variant's original is unchanged and its replacements
+"""Every code block of README.md, docs/*.md and examples/*/README.md is declared in .ci/doc_blocks.yaml,
+and each declaration still holds: a verbatim block is still the block, a variant's original is unchanged and its replacements
 still apply, a skip's reason is still true, a covered block is run where it says. CI's last step
 (`.ci/doc_blocks.py run`) runs them; this checks, without running anything, that none escapes it."""
 
