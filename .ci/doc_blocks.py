@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -54,9 +55,7 @@ KINDS = ("verbatim", "variant", "skip", "covered", "same-as")
 SKIP_REASONS = {
     "gpu": "needs a CUDA device",
     "hosts": "needs machines other than this one (a database host, GPU hosts, a leaderboard host)",
-    "registry": "needs an image registry (Docker Hub)",
     "extra": "needs a model package outside the development extras",
-    "hub": "needs a model from the Hugging Face hub",
 }
 BLOCK_TIMEOUT_SECONDS = 900
 SERVE_TIMEOUT_SECONDS = 240
@@ -64,7 +63,11 @@ SERVE_TIMEOUT_SECONDS = 240
 
 def pages(root: Path = ROOT) -> list[Path]:
     """The pages whose code blocks are tests: the README, docs/ in name order, the examples' READMEs."""
-    return [root / "README.md", *sorted((root / "docs").glob("*.md")), *sorted((root / "examples").glob("*/README.md"))]
+    return [
+        root / "README.md",
+        *sorted((root / "docs").glob("*.md")),
+        *sorted((root / "examples").glob("*/README.md")),
+    ]
 
 
 @dataclass(frozen=True)
@@ -195,7 +198,40 @@ def _ci_step_command(which: str, root: Path) -> str:
     return commands[readme_command.WHICH[which]] + "\n"
 
 
-def skip_problem(reason: str, because: str, block: Block) -> str | None:
+def _requirement(text: str) -> tuple[str, list[str]]:
+    """A requirement's normalised name and the extras it asks for."""
+    match = re.match(r"\s*([A-Za-z0-9_.-]+)\s*(?:\[([^\]]*)\])?", text)
+    if not match:
+        return "", []
+    name = re.sub(r"[-_.]+", "-", match.group(1)).lower()
+    return name, [e.strip() for e in (match.group(2) or "").split(",") if e.strip()]
+
+
+def development_packages(root: Path) -> set[str]:
+    """The distributions `pip install -e ".[dev]"` installs by name, as pyproject.toml declares them: the
+    project, its dependencies, and the dev extra with the project's extras it names."""
+    file = root / "pyproject.toml"
+    if not file.is_file():
+        return {"knowgic"}
+    project = tomllib.loads(file.read_text(encoding="utf-8"))["project"]
+    extras = project.get("optional-dependencies", {})
+    names = {"knowgic"} | {_requirement(r)[0] for r in project.get("dependencies", [])}
+    wanted, seen = ["dev"], set()
+    while wanted:
+        extra = wanted.pop()
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for requirement in extras.get(extra, []):
+            name, inner = _requirement(requirement)
+            if name == "knowgic":
+                wanted += inner
+            else:
+                names.add(name)
+    return names
+
+
+def skip_problem(reason: str, because: str, block: Block, root: Path = ROOT) -> str | None:
     """Why the declared skip no longer holds, or None when it does."""
     if reason not in SKIP_REASONS:
         return f"unknown skip reason {reason!r} (known: {', '.join(SKIP_REASONS)})"
@@ -205,26 +241,21 @@ def skip_problem(reason: str, because: str, block: Block) -> str | None:
         return f"skip gpu: {because!r} names no CUDA device"
     if reason == "hosts" and not re.search(r"\.example\.org\b|/shared/|/srv/", because):
         return f"skip hosts: {because!r} names no other host or shared folder"
-    if reason == "registry" and not re.fullmatch(
-        r"knowgic runner build-image\s*(#.*)?|docker build .*", because
-    ):
-        return f"skip registry: {because!r} is not an image build from the default base"
-    if reason == "registry" and "--local-base" in because:
-        return "skip registry: --local-base needs no registry"
-    if reason in ("extra", "hub"):
+    if reason == "extra":
         model = re.search(r"--model\s+(\S+)", because)
         if not model:
-            return f"skip {reason}: {because!r} names no --model"
-        from knowgic.models.registry import get_offline_model, is_installed
+            return f"skip extra: {because!r} names no --model"
+        from knowgic.models.registry import get_offline_model
 
         name = model.group(1)
         offline = get_offline_model(name)
-        if reason == "hub" and offline is not None:
-            return f"skip hub: {name} is an offline model"
-        if reason == "extra" and offline is None:
+        if offline is None:
             return f"skip extra: {name} is not an offline model, so it has no package to miss"
-        if reason == "extra" and is_installed(offline):
-            return f"skip extra: {name} is installed here, so the block can run"
+        package = re.sub(
+            r"[-_.]+", "-", offline.install.split()[-1]
+        ).lower()  # "pip install [--no-deps] NAME"
+        if package in development_packages(root):
+            return f"skip extra: {name}'s package {package} is among the development extras, so the block can run"
     return None
 
 
@@ -293,7 +324,7 @@ def entry_for(block: Block, raw: Any, root: Path = ROOT) -> Entry:
         entry.script, problems = variant_script(block, raw["variant"])
         entry.problems += problems
     elif kind == "skip":
-        problem = skip_problem(str(raw["skip"]), str(raw.get("because", "")), block)
+        problem = skip_problem(str(raw["skip"]), str(raw.get("because", "")), block, root)
         if problem:
             entry.problems.append(problem)
     elif kind == "covered":

