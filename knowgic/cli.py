@@ -10,11 +10,12 @@ import argparse
 import difflib
 import importlib
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from knowgic.argtypes import SUBCOMMAND_METAVAR
 from knowgic.clip import clip
-from knowgic.errors import KnowgicError
+from knowgic.errors import EXIT_CODES, EXIT_INPUT, EXIT_INTERRUPTED, KnowgicError
 from knowgic.extras import missing_extra_message
 from knowgic.printable import printable
 
@@ -34,13 +35,33 @@ COMMAND_MODULES = (
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's usage errors are exit 2 too, kept to one line
-        self.print_usage(sys.stderr)
-        self.exit(2, f"error: {message}\n")
+    def error(self, message: str) -> None:
+        """argparse's usage errors: one line naming the argument (the usage is ``--help``'s), exit 2."""
+        self.exit(EXIT_INPUT, f"error: {printable(clip(message, ERROR_LIMIT))}\n")
+
+
+def exit_codes_text(width: int = 100) -> str:
+    """The exit codes of every command, as ``knowgic --help`` ends: one entry each, wrapped to ``width``."""
+    digits = max(len(str(code)) for code, _ in EXIT_CODES)
+    entries = [
+        textwrap.fill(
+            meaning,
+            width,
+            initial_indent=f"  {code:>{digits}}  ",
+            subsequent_indent=" " * (digits + 4),
+        )
+        for code, meaning in EXIT_CODES
+    ]
+    return "\n".join(["exit codes (of every command):", *entries])
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="knowgic", description="KnowGIC: deep knowledge-editing benchmark")
+    parser = _Parser(
+        prog="knowgic",
+        description="KnowGIC: deep knowledge-editing benchmark",
+        epilog=exit_codes_text(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--version", action=_VersionAction, nargs=0, help="print the package and dataset versions and exit"
     )
@@ -97,10 +118,21 @@ def _command_parsers(
     return parsers, " ".join(words)
 
 
+def _command_typo(parsers: list[argparse.ArgumentParser], words: str, argv: Sequence[str]) -> str | None:
+    """One line for a command word the selected command group does not have, with the closest one."""
+    actions = [a for a in parsers[-1]._actions if isinstance(a, argparse._SubParsersAction)]
+    word = next((w for w in argv[len(words.split()) - 1 :] if not w.startswith("-")), None)
+    if not actions or word is None or word in actions[0].choices:
+        return None
+    close = difflib.get_close_matches(word, list(actions[0].choices), n=1, cutoff=0.6)
+    hint = f": did you mean {close[0]}?" if close else f" (see {words} --help)"
+    return f"{words} has no command {word!r}{hint}"
+
+
 def _flag_typo(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
     """One line for the first ``--flag`` the selected command does not have (nor abbreviates), with the
     closest of its flags: argparse would say only that another argument is required, or print the top-level
-    usage with "unrecognized arguments"."""
+    usage with "unrecognized arguments". A command word it does not have is named the same way."""
     parsers, words = _command_parsers(parser, argv)
     flags = [f for p in parsers for a in p._actions for f in a.option_strings if f.startswith("--")]
     for token in argv:
@@ -117,7 +149,7 @@ def _flag_typo(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | No
         )
         hint = f": did you mean {close[0]}?" if close else f" (see {words} --help)"
         return f"{words} has no option {name}{hint}"
-    return None
+    return _command_typo(parsers, words, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -126,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     typo = _flag_typo(parser, argv)
     if typo is not None:
         print(f"error: {printable(clip(typo, ERROR_LIMIT))}", file=sys.stderr)
-        return 2
+        return EXIT_INPUT
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
@@ -136,14 +168,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if message is None:
             raise
         print(f"error: {message}", file=sys.stderr)
-        return 2
+        return EXIT_INPUT
     except KnowgicError as exc:
         # A bounded message, whatever the input quoted in it.
         print(f"error: {printable(clip(str(exc), ERROR_LIMIT))}", file=sys.stderr)  # shown, never obeyed
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

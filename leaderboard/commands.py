@@ -42,6 +42,10 @@ def serving_store(given: Path | None) -> Path:
     A folder that does not exist is an error: an empty board would hide a wrong path."""
     repo = os.environ.get(STORE_REPO_ENV) if given is None else None
     path = _hub_snapshot(repo) if repo else store_root(given)
+    if path.exists() and not path.is_dir():
+        raise KnowgicError(
+            f"results store {path} is a file, not a folder: name the store's folder with --store"
+        )
     if not path.is_dir():
         raise KnowgicError(
             f"results store {path} does not exist (fill one with `knowgic store add`, or name one with "

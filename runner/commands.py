@@ -128,11 +128,10 @@ def _submit(args: argparse.Namespace) -> int:
     policy = submit_policy(args)
     submitter = identify(policy, token=os.environ.get(SUBMITTER_TOKEN_ENV))  # before the upload is read
     store = _store(args)
-    queue = _open_queue(args, store, create=True)
     submission, jobs = submit(
         args.path,
         store,
-        queue,
+        lambda: _open_queue(args, store, create=True),  # once the submission is valid: a refusal leaves none
         limit=args.limit,
         submitter=submitter,
         policy=policy,
@@ -165,19 +164,19 @@ def _worker(args: argparse.Namespace) -> int:
     from knowgic.runner.host import worker as worker_module
 
     signer = load_signer(args.signing_key)  # before anything else: a worker without a key stores nothing
-    store = _store(args)
-    queue = _open_queue(args, store, create=True)
     gpus = worker_module.resolve_gpus(args.gpus)
     if args.grace <= args.heartbeat:
         raise KnowgicError(f"--grace {args.grace:g} must be longer than --heartbeat {args.heartbeat:g}")
     if args.workdir is not None and not args.workdir.is_dir():
         raise KnowgicError(f"--workdir {args.workdir} is not a folder")
+    private = None
+    if args.private_dataset is not None:  # the operator's mistake fails here, before a store is made
+        private = read_private_split(args.private_dataset)
+    store = _store(args)
+    queue = _open_queue(args, store, create=True)
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
     # The worker always runs submitted code through an executor that isolates it (the container executor),
     # never in this process.
-    private = None
-    if args.private_dataset is not None:  # the operator's mistake fails here, not in every job
-        private = read_private_split(args.private_dataset)
     executor = default_executor(gpus, queue.queue_id, private_dataset=args.private_dataset)
     device = worker_module.device_label(gpus)
     print(

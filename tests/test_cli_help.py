@@ -93,3 +93,36 @@ def test_a_mistyped_flag_gets_one_line_with_the_closest_flag(argv: list[str], sa
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err
+
+
+def test_the_top_level_help_lists_every_exit_code(capsys) -> None:
+    """The one convention of the command line, printed from its one declaration."""
+    from knowgic.errors import EXIT_CODES
+
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["--help"])
+    assert info.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())  # the entries are wrapped
+    listed = help_text.partition("exit codes (of every command):")[2]
+    for code, meaning in EXIT_CODES:
+        assert f"{code} {' '.join(meaning.split())}" in listed
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["evalute"], "knowgic has no command 'evalute': did you mean evaluate?"),
+        (["runner", "sbmit", "x"], "knowgic runner has no command 'sbmit': did you mean submit?"),
+        (["zzzz"], "knowgic has no command 'zzzz' (see knowgic --help)"),
+        (["evaluate", "--limit", "0"], "argument --limit: '0' must be 1 or more"),
+    ],
+)
+def test_a_usage_error_is_one_line(argv: list[str], says: str, capsys) -> None:
+    from knowgic.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own usage errors
+        code = int(exc.code or 0)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0] == f"error: {says}", err

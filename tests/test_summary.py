@@ -243,3 +243,42 @@ def test_every_option_has_a_help_text(command) -> None:
     missing = [a.dest for a in _options(parser) if not (a.help and a.help.strip())]
     assert missing == [], f"{command}: {missing}"
     assert re.search(r"\S", parser.description or "")
+
+
+GOLDEN_RUN = Path(__file__).resolve().parent / "data" / "golden" / "ice.results.json.gz"
+
+
+def test_one_run_is_neither_ranked_nor_bold(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A table of one run: no rank range and no bold (each cell would be "the best" of one)."""
+    import gzip
+
+    from knowgic.evaluation.sweep import ONE_RUN
+
+    path = tmp_path / "results.json"
+    path.write_bytes(gzip.decompress(GOLDEN_RUN.read_bytes()))
+    assert _run_main(["summarize", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "**" not in table and f" {RANK_MARK}1" not in table
+    assert f"Rows not ranked: {ONE_RUN}." in table
+    assert _run_main(["summarize", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ranking"]["reason"] == ONE_RUN and report["runs"][0]["ranks"] == {}
+
+
+def test_a_build_dataset_is_named_apart_from_the_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``knowgic build`` output's version (0.1.0 by default) never reads as the benchmark's: not in the
+    results table's header, nor in the summary's footnote."""
+    import gzip
+
+    from knowgic.dataset.loading import DATASET_NAME, dataset_label
+    from knowgic.evaluation.commands import print_results
+
+    assert dataset_label({"name": DATASET_NAME, "version": "1.1.0"}) == "KnowGIC 1.1.0"
+    assert dataset_label({"name": DATASET_NAME, "version": "growth-1.0.0"}) == "KnowGIC growth-1.0.0"
+    assert dataset_label({"name": "knowgic-build", "version": "0.1.0"}) == "dataset knowgic-build 0.1.0"
+    document = json.loads(gzip.decompress(GOLDEN_RUN.read_bytes()))
+    document["dataset"].update(name="knowgic-build", version="0.1.0")  # as a build's run records it
+    print_results(document)
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.startswith("dataset knowgic-build 0.1.0 | ") and "KnowGIC" not in header
+    assert "), dataset knowgic-build 0.1.0, protocol" in summary_table([document])

@@ -22,15 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from knowgic.dataset.derive import fact_id
-from knowgic.errors import KnowgicError
+from knowgic.errors import FailedCheck, KnowgicError
 
 CONTROL = "control:"
 
 
-class JudgeRefused(KnowgicError):
+class JudgeRefused(FailedCheck):
     """The judge failed its control check (exit code 1, the code of a failed check)."""
-
-    exit_code = 1
 
 
 def _settings(spec: Any) -> tuple[float, int, int]:

@@ -37,7 +37,7 @@ from knowgic.builder.store import BuildStore, stage_key
 from knowgic.builder.template_rules import TEMPLATES  # --extractor templates
 from knowgic.dataset.derive import fact_id
 from knowgic.dataset.io import file_sha256, sha256_text
-from knowgic.errors import KnowgicError
+from knowgic.errors import EXIT_REVIEW_PENDING, KnowgicError
 from knowgic.records import EditRequest
 
 SEED_SUBJECTS = ("all", "edits")
@@ -49,7 +49,7 @@ SPACY = "spacy"  # --extractor spacy: the dependency rules of knowgic.builder.sp
 class ReviewPending(KnowgicError):
     """The build stopped at the review stage: decisions are missing (exit code 4)."""
 
-    exit_code = 4
+    exit_code = EXIT_REVIEW_PENDING
 
 
 @dataclass

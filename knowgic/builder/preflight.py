@@ -1,7 +1,7 @@
 """Everything a build will use, checked before its first stage (and before its build folder is made).
 
-    BuildConfig ──source (version or folder) / seed and template files exist
-                ──models (--model, --extractor, --judge) are offline names, folders or possible hub ids
+    BuildConfig ──source (version or folder) / seed and template files exist and read
+                ──models (--model, --extractor, --judge) can load here (knowgic.models.available)
                 ──the build extra's modules the configured stages import are installed
                 ──the spaCy pipeline (--extractor spacy)
                 ──--out is free, or a dataset folder and --overwrite is given
@@ -47,11 +47,15 @@ def _missing_modules(cfg: BuildConfig) -> list[str]:
 def check_build(cfg: BuildConfig, spec: BuilderSpec) -> None:
     """Raise :class:`KnowgicError` with one line for the first input of ``cfg`` the build cannot use."""
     from knowgic.builder.output import out_problem
-    from knowgic.models.loading import resolve_source
+    from knowgic.models.available import check_model
 
     for flag, path in (("--seeds", cfg.seeds_file), ("--templates", cfg.templates_file)):
         if path is not None and not path.is_file():
             raise KnowgicError(f"{flag} {path}: no such file")
+    if cfg.seeds_file is not None and cfg.templates_file is not None:
+        from knowgic.builder.seeds import read_templates, seeds_from_file
+
+        seeds_from_file(cfg.seeds_file, read_templates(cfg.templates_file))  # the seeds stage's reader
     if cfg.source is not None:
         from knowgic.dataset.folder import open_dataset
 
@@ -62,7 +66,7 @@ def check_build(cfg: BuildConfig, spec: BuilderSpec) -> None:
         if name is None or (flag == "--extractor" and name in RULE_EXTRACTORS):
             continue
         try:
-            resolve_source(name)
+            check_model(name)
         except KnowgicError as exc:
             hint = (
                 f" ('{RULE_EXTRACTORS[0]}' and '{RULE_EXTRACTORS[1]}' are rules)"

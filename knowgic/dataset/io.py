@@ -22,9 +22,8 @@ ROW_SUFFIXES = (".json", ".jsonl", ".ndjson", ".parquet")
 
 
 class UnreadableInput(KnowgicError):
-    """A file that cannot be decoded or parsed (not UTF-8, truncated, not JSON, not Parquet)."""
-
-    exit_code = 1
+    """A file that cannot be decoded or parsed (not UTF-8, truncated, not JSON, not Parquet): an input error
+    (exit code 2); ``knowgic validate`` reports it among the problems it finds instead."""
 
 
 # --- canonical JSON and hashes ---------------------------------------------------------------------

@@ -6,7 +6,9 @@ These read the version's files directly (fast, exact); ``knowgic.load_dataset`` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from knowgic.dataset.io import alias_lists, clean_aliases, read_json, read_rows
 from knowgic.dataset.versions import (
@@ -21,6 +23,16 @@ from knowgic.errors import KnowgicError
 from knowgic.records import AliasMap, Case
 
 DATASET_NAME = "knowgic"
+BENCHMARK_LABEL = "KnowGIC"
+"""How tables and plots name the benchmark's own data (the published versions and their tracks)."""
+
+
+def dataset_label(dataset: Mapping[str, Any]) -> str:
+    """How a table names the data a results document records (its ``dataset``): ``KnowGIC 1.1.0`` for the
+    benchmark's own versions, ``dataset knowgic-build 0.1.0`` for another (a ``knowgic build`` output), so
+    that a build's version never reads as the benchmark's."""
+    name, version = str(dataset.get("name") or DATASET_NAME), str(dataset.get("version"))
+    return f"{BENCHMARK_LABEL} {version}" if name == DATASET_NAME else f"dataset {name} {version}"
 
 
 @dataclass(frozen=True)

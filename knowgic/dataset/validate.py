@@ -35,8 +35,9 @@ from knowgic.dataset.io import (
     read_rows,
     read_text,
 )
+from knowgic.dataset.loading import dataset_label
 from knowgic.dataset.schemas import CONFIG_SCHEMAS, validator, yaml_features
-from knowgic.errors import KnowgicError
+from knowgic.errors import EXIT_FAILED_CHECK, EXIT_OK, KnowgicError
 from knowgic.schema_errors import explain, json_pointer, reportable, short
 from knowgic.yamlfile import YamlError, parse_yaml
 
@@ -87,7 +88,7 @@ class ValidationReport:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.ok else 1
+        return EXIT_OK if self.ok else EXIT_FAILED_CHECK
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -381,7 +382,7 @@ def _validate_results(path: Path, document: dict[str, Any]) -> ValidationReport:
     if not report.errors:
         c = document["config"]
         report.notes.append(
-            f"{c['editor']} on {c['model']}, KnowGIC {document['dataset']['version']}, {c['protocol']}, "
+            f"{c['editor']} on {c['model']}, {dataset_label(document['dataset'])}, {c['protocol']}, "
             f"{c['mode']}; schema and sha256 verified"
         )
     return report

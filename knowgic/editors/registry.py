@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from importlib.metadata import entry_points
 
@@ -92,5 +93,9 @@ def resolve_editor(name: str) -> type[Editor]:
         return _load_target(plugins[name], name)
     if ":" in name:
         return _load_target(name, name)
-    known = ", ".join(sorted(available_editors()))
-    raise KnowgicError(f"unknown editor {name!r}; known: {known}; or give 'package.module:ClassName'")
+    names = sorted(available_editors())
+    close = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise KnowgicError(
+        f"unknown editor {name!r}{hint}; known: {', '.join(names)}; or give 'package.module:ClassName'"
+    )

@@ -356,11 +356,11 @@ def print_results(
     metrics_spec = (spec or benchmark_spec()).metrics
     # Piped or logged output gets whole lines rather than a table folded to 80 columns.
     console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+    from knowgic.dataset.loading import dataset_label
+
     c, d, m, n = document["config"], document["dataset"], document["metrics"], document["counts"]
     table = Table(
-        title=(
-            f"KnowGIC {d['version']} | {c['model']} | editor {c['editor']} | {c['protocol']} | {c['mode']}"
-        ),
+        title=(f"{dataset_label(d)} | {c['model']} | editor {c['editor']} | {c['protocol']} | {c['mode']}"),
         title_justify="left",
     )
     uncertainty = document.get("uncertainty")
@@ -541,6 +541,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from knowgic.dataset.loading import dataset_label
     from knowgic.formatting import FEW_EDITS_MARK, format_interval, format_number, verdict_meaning
     from knowgic.intervals import FEW_EDITS, listing, methods_for
     from knowgic.measure.compare import compare_private, compare_results
@@ -583,7 +584,7 @@ def run_compare(args: argparse.Namespace) -> int:
     for where, found in tables:
         table = Table(  # names from the results files: text, never rich markup or terminal escapes
             title=plain_cell(
-                f"B - A | {c['model']} | KnowGIC {a['dataset']['version']} | {c['protocol']} | {c['mode']}{where}"
+                f"B - A | {c['model']} | {dataset_label(a['dataset'])} | {c['protocol']} | {c['mode']}{where}"
             ),
             caption=plain_cell(
                 f"A = {c['editor']} ({args.run_a}), B = {b['config']['editor']} ({args.run_b})"

@@ -1,8 +1,9 @@
 """``evaluate``: one (model, editor, protocol, mode, dataset version) run, end to end.
 
-Stages, each its own module: dataset -> plan -> model -> scorer (pre-edit, cached) -> harness (edits) ->
-outcomes/metrics -> results document. All arguments are checked before the model is loaded, so a typo
-fails in a second with a one-line error instead of after minutes of work.
+Stages, each its own module: checks (:mod:`knowgic.evaluation.preflight`) -> dataset -> plan -> model ->
+scorer (pre-edit, cached) -> harness (edits) -> outcomes/metrics -> results document. All arguments are
+checked before the model is loaded, so a typo fails in a second with a one-line error instead of after
+minutes of work.
 """
 
 from __future__ import annotations
@@ -20,35 +21,25 @@ import knowgic
 from knowgic.dataset.folder import open_dataset
 from knowgic.dataset.private import PrivateSplit
 from knowgic.editors.base import Editor
-from knowgic.editors.hparams import hparams_sha256, load_hparams, read_hparams_file, validate_hparams
+from knowgic.editors.hparams import hparams_sha256, load_hparams
 from knowgic.editors.layer_stats import stats_overrides
-from knowgic.editors.registry import BUILTIN_EDITORS, resolve_editor
 from knowgic.errors import KnowgicError
-from knowgic.evaluation.harness import MODES, RunScores, run_edits
-from knowgic.evaluation.outputs import (
-    check_no_run,
-    check_not_a_runs_folder,
-    check_writable,
-    environment,
-    write_run_outputs,
-)
+from knowgic.evaluation.harness import RunScores, run_edits
+from knowgic.evaluation.outputs import environment, write_run_outputs
 from knowgic.evaluation.plan import EvalPlan, build_plan
+from knowgic.evaluation.preflight import DTYPES as DTYPES  # the runner's stages read it here
+from knowgic.evaluation.preflight import check_request, editor_method_name, hparams_required
 from knowgic.evaluation.private import private_document, private_plan
 from knowgic.evaluation.reproducibility import reproducibility
 from knowgic.evaluation.scored import scored_block
-from knowgic.measure.definitions import METRICS
 from knowgic.models.base import LoadedModel
-from knowgic.models.loading import load_model, resolve_source
+from knowgic.models.loading import load_model
 from knowgic.models.threads import cpu_threads
 from knowgic.results import RESULTS_SCHEMA_VERSION, finalize
 from knowgic.scoring import make_scorer
 from knowgic.scoring.base import Scorer, Scores
 from knowgic.scoring.cache import ScoreCache, queries_sha256
 from knowgic.spec import benchmark_spec
-
-DTYPES = ("float32", "bfloat16", "float16")
-# Editors that need no hparams file (their defaults are complete).
-_HPARAMS_OPTIONAL = {"none", "ice"}
 
 
 @dataclass
@@ -100,56 +91,6 @@ class EvaluationRun:
     plot_paths: list[Path] = field(default_factory=list)
 
 
-def check_request(request: EvaluationRequest) -> type[Editor]:
-    """Validate everything that does not need the model; return the editor class."""
-
-    spec = benchmark_spec()
-    if request.mode not in spec.modes:
-        raise KnowgicError(f"unknown mode {request.mode!r}; known: {', '.join(spec.modes)}")
-    if request.mode not in MODES:
-        raise KnowgicError(
-            f"spec/benchmark.yaml declares mode {request.mode!r}, which this version of knowgic does not "
-            f"implement (it implements {', '.join(MODES)})"
-        )
-    problem = METRICS.problem(spec)
-    if problem is not None:
-        raise KnowgicError(problem)
-    if request.dtype not in DTYPES:
-        raise KnowgicError(f"unknown dtype {request.dtype!r}; known: {', '.join(DTYPES)}")
-    if request.limit is not None and request.limit < 1:
-        raise KnowgicError(f"--limit must be a positive number of edits, got {request.limit}")
-    make_scorer(request.protocol, **request.protocol_overrides)  # unknown protocol/params fail here
-    open_dataset(request.dataset_version)  # an unknown version or a broken folder fails here
-    editor_cls = resolve_editor(request.editor)
-    if request.stats_corpus is not None or request.stats_samples is not None:
-        if not editor_cls.uses_key_statistics:
-            raise KnowgicError(
-                f"--stats-corpus/--stats-samples: editor {request.editor!r} uses no key statistics "
-                "(they apply to rome, memit, alphaedit, prune, rect and editors built on them)"
-            )
-        stats_overrides(request.stats_corpus, request.stats_samples)  # a malformed corpus name fails here
-    if request.hparams_path is not None:
-        # A malformed file fails now, not after the model has loaded.
-        path = Path(request.hparams_path)
-        validate_hparams(
-            read_hparams_file(path),
-            editor_method_name(request.editor, editor_cls),
-            str(path),
-            editor_cls.hparams_schema,
-        )
-    if request.out_dir is not None:
-        check_writable(request.out_dir)
-        check_not_a_runs_folder(Path(request.out_dir))
-        check_no_run(request.out_dir, request.overwrite)
-    resolve_source(request.model)  # a mistyped or impossible model name fails here, before the hub is asked
-    return editor_cls
-
-
-def editor_method_name(name: str, editor_cls: type[Editor]) -> str:
-    """The hparams folder / schema name: the built-in name, else the class's ``name``."""
-    return name if name in BUILTIN_EDITORS else editor_cls.name
-
-
 def make_editor(
     request: EvaluationRequest, editor_cls: type[Editor], loaded: LoadedModel
 ) -> tuple[Editor, dict[str, Any], str | None]:
@@ -160,7 +101,7 @@ def make_editor(
         loaded.family,
         path=request.hparams_path,
         editor_schema=editor_cls.hparams_schema,
-        required=method not in _HPARAMS_OPTIONAL and request.editor in BUILTIN_EDITORS,
+        required=hparams_required(request.editor, editor_cls),
     )
     overrides = stats_overrides(request.stats_corpus, request.stats_samples)
     if overrides:

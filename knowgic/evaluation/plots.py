@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from knowgic.dataset.loading import dataset_label
 from knowgic.evaluation.outputs import write_atomic
 
 IFR_COLOR = "#C44E52"
@@ -49,7 +50,7 @@ def _title(document: Mapping[str, Any]) -> str:
     c = document["config"]
     limit = {None: "", 1: ", first edit only"}.get(c.get("limit"), f", first {c.get('limit')} edits")
     return (
-        f"{c['editor']} on {c['model']} ({c['protocol']}, {c['mode']}, KnowGIC {document['dataset']['version']}"
+        f"{c['editor']} on {c['model']} ({c['protocol']}, {c['mode']}, {dataset_label(document['dataset'])}"
         f"{limit})"
     )
 

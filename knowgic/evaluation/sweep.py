@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from knowgic.dataset.loading import dataset_ref
+from knowgic.dataset.loading import dataset_label, dataset_ref
 from knowgic.editors.hparams import hparams_sha256
 from knowgic.editors.registry import resolve_editor
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
-from knowgic.evaluation.evaluate import EvaluationRequest, check_request, evaluate, make_editor
-from knowgic.evaluation.outputs import check_writable, describe_run, write_atomic
+from knowgic.evaluation.evaluate import EvaluationRequest, evaluate, make_editor
+from knowgic.evaluation.outputs import describe_run, write_atomic
+from knowgic.evaluation.preflight import check_request, check_sweep_editors, check_sweep_folder
 from knowgic.formatting import FEW_EDITS_MARK, UNDEFINED, format_value
 from knowgic.intervals import (
     BOOTSTRAP_METHODS,
@@ -40,6 +41,7 @@ from knowgic.measure.ranks import (
     ranking_key,
     with_paper_forms,
 )
+from knowgic.models.available import check_model
 from knowgic.models.loading import load_model
 from knowgic.results import read_results
 from knowgic.scoring import make_scorer
@@ -151,15 +153,21 @@ class SummaryRanks:
         return out
 
 
+ONE_RUN = "one run, none to rank it among"
+"""Why the table of a single run ranks nothing (its footnote and ``ranking.reason`` in JSON)."""
+
+
 def summary_ranks(
     documents: Sequence[Mapping[str, Any]],
     spec: BenchmarkSpec | None = None,
     names: Sequence[str] | None = None,
 ) -> SummaryRanks:
     """Every ranked column's rank ranges (:func:`knowgic.measure.ranks.rank_runs`), with the settings of the
-    runs' own intervals; none, with the reason, when the runs cannot share a ranking."""
+    runs' own intervals; none, with the reason, when the runs cannot share a ranking or are one run."""
     spec = spec or benchmark_spec()
     settings = _bootstrap_settings(documents[0])
+    if len(documents) < 2:  # a rank among one row says nothing: no rank range, no bold
+        return SummaryRanks({}, None, settings, ONE_RUN)
     forms = [c.metric for c in (*headline_columns(spec), *length_columns(spec)) if c.ranked]
     forms += [f for f in ranked_forms(spec).values() if f not in forms]
     try:
@@ -285,7 +293,7 @@ def summary_table(
     paper_labels = listing(list(dict.fromkeys(declared[c.metric].label for c in papers)))
     lines.append("")
     lines.append(
-        f"Model `{cfg['model']}` ({cfg['dtype']}, {cfg['device']}), KnowGIC {first['dataset']['version']}, "
+        f"Model `{cfg['model']}` ({cfg['dtype']}, {cfg['device']}), {dataset_label(first['dataset'])}, "
         f"protocol `{cfg['protocol']}`, mode `{cfg['mode']}`, seed {cfg['seed']}, {edits} edits. "
         f"Each value: point estimate [{level}% interval], no interval where it cannot be computed (see "
         f"results.json); – : undefined. The interval's method follows the metric's kind (docs/metrics.md): "
@@ -420,20 +428,9 @@ def run_sweep(
     summary.md is written from all the runs at the end.
     """
 
-    if not editors:
-        raise KnowgicError("no editors given")
     stats = {"stats_corpus": stats_corpus, "stats_samples": stats_samples}
-    with_stats = {e for e in editors if resolve_editor(e).uses_key_statistics}
-    if (stats_corpus is not None or stats_samples is not None) and not with_stats:
-        raise KnowgicError(
-            f"--stats-corpus/--stats-samples: none of the editors {', '.join(editors)} uses key statistics"
-        )
-    check_writable(out_dir)
-    if (out_dir / "results.json").is_file():
-        raise KnowgicError(
-            f"{out_dir} holds a single run (results.json); a sweep writes one folder per editor, choose "
-            "another folder"
-        )
+    with_stats = check_sweep_editors(editors, stats_corpus is not None or stats_samples is not None)
+    check_sweep_folder(out_dir)
     summary_path = out_dir / "summary.md"
     # Protocol and mode left as None take the spec's defaults (EvaluationRequest's field defaults).
     chosen = {k: v for k, v in (("protocol", protocol), ("mode", mode)) if v is not None}
@@ -459,7 +456,8 @@ def run_sweep(
         if not overwrite and request.out_dir is not None and describe_run(request.out_dir) is not None:
             finished[i] = _finished_run(request)
         else:
-            check_request(request)
+            check_request(request, model=False)
+    check_model(model)  # once, last: it may ask the hub
     loaded = load_model(model, dtype=dtype, device=device, progress=progress)
     for i, document in finished.items():  # what only the loaded model tells: hparams, device, chat
         _check_same_run(document, requests[i], _after_load_settings(requests[i], loaded))

@@ -140,16 +140,22 @@ def weight_files(folder: Path) -> list[Path]:
     return []
 
 
+def required_weight_files(folder: Path) -> list[Path]:
+    """:func:`weight_files`, or one line saying the folder holds none."""
+    files = weight_files(folder)
+    if not files:
+        raise KnowgicError(
+            f"{folder}: no weight files (*.safetensors, *.bin, *.pt, *.pth); is this a saved transformers model?"
+        )
+    return files
+
+
 def folder_sha256(folder: Path, progress: bool = False) -> str:
     """A sha256 over a model folder's weight files: sha256 of the lines ``<file name> <file sha256>``.
 
     Sorted by name, so it is independent of listing order; a folder with one weight file still gets the
     combined digest, so that renaming a shard changes the revision.
     """
-    files = weight_files(folder)
-    if not files:
-        raise KnowgicError(
-            f"{folder}: no weight files (*.safetensors, *.bin, *.pt, *.pth); is this a saved transformers model?"
-        )
+    files = required_weight_files(folder)
     lines = "".join(f"{f.name} {sha256_file(f, progress=progress)}\n" for f in files)
     return hashlib.sha256(lines.encode("utf-8")).hexdigest()

@@ -25,6 +25,7 @@ from knowgic.errors import KnowgicError
 from knowgic.models import gguf, registry
 from knowgic.models.base import LoadedModel
 from knowgic.models.hashing import folder_sha256, sha256_file
+from knowgic.models.hub import hub_problem
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -187,8 +188,8 @@ def _from_pretrained(where: str, torch_dtype: torch.dtype, revision: str | None,
                     f"model {name!r}: cannot read {where}/config.json: {_first_line(exc)}"
                 ) from None
             raise KnowgicError(
-                f"unknown model {name!r}: not an offline name or an existing path, and loading it from the "
-                f"Hugging Face hub failed ({_first_line(exc)}); {_offline_hint()}"
+                f"model {name!r}: loading it from the Hugging Face hub failed ({_first_line(exc)}); "
+                f"{_offline_hint()}"
             ) from None
         try:
             model = AutoModelForCausalLM.from_pretrained(
@@ -297,6 +298,9 @@ def load_model(
     gguf_info: dict[str, Any] | None = None
 
     if source.kind == HUB:
+        problem = hub_problem(source.name, revision)  # not cached and no network: one line, no retries
+        if problem is not None:
+            raise KnowgicError(problem)
         model, tokenizer = _from_pretrained(source.name, torch_dtype, revision, progress, source.name)
         rev = _hub_commit(source.name, revision, model.config)
         info["revision_kind"] = "hub-commit"

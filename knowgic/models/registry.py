@@ -116,7 +116,8 @@ def _module_dir(module: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _missing(entry: OfflineModel) -> KnowgicError:
+def missing_package(entry: OfflineModel) -> KnowgicError:
+    """The one line saying which package an offline model needs and how to install it."""
     return KnowgicError(
         f"offline model {entry.name!r} needs the package {entry.distribution}: {entry.install}"
     )
@@ -125,7 +126,7 @@ def _missing(entry: OfflineModel) -> KnowgicError:
 def _split_package(entry: OfflineModel) -> tuple[list[Path], str]:
     """The chunk files of a split GGUF and the whole file's pinned sha256, from the main package."""
     if _module_dir(entry.module or "") is None:
-        raise _missing(entry)
+        raise missing_package(entry)
     try:
         package = importlib.import_module(entry.module or "")
         chunks = [Path(p) for p in package.chunk_paths()]
@@ -197,7 +198,7 @@ def gguf_file(entry: OfflineModel, progress: bool = True) -> Path:
     folder = _module_dir(entry.module or "")
     path = folder / (entry.file_name or "") if folder is not None else None
     if path is None or not path.is_file():
-        raise _missing(entry)
+        raise missing_package(entry)
     return path
 
 

@@ -389,7 +389,8 @@ def build_runner_image(
     }
     if pip_index_url:
         buildargs["PIP_INDEX_URL"] = pip_index_url
-    log(f"building {tag} FROM {base_image}")
+    torch_from = f"torch from the wheel {torch_wheel}" if torch_wheel is not None else "torch from the base"
+    log(f"building {tag} FROM {base_image}, {torch_from}")
     with tempfile.TemporaryFile(prefix="knowgic-context-") as context:
         _context_archive(files, {}, context)
         _stream_build(client, context, tag=tag, buildargs=buildargs, labels=None, log=log)

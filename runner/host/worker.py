@@ -50,7 +50,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from knowgic.errors import KnowgicError
+from knowgic.errors import FailedCheck, KnowgicError
 from knowgic.runner.host.sandbox import host_has_gpu
 from knowgic.runner.queue.queue import Job, JobLost, JobQueue
 from knowgic.runner.queue.states import DEFAULT_GRACE_SECONDS, DEFAULT_HEARTBEAT_SECONDS, DEFAULT_POLL_SECONDS
@@ -65,11 +65,9 @@ class WorkerStopped(BaseException):
     A BaseException, so that an executor's ``except Exception`` does not swallow it."""
 
 
-class WorkerFault(KnowgicError):
+class WorkerFault(FailedCheck):
     """This worker's host failed while running a job (not the submission): the job was handed back
     (the attempt counts) and the worker stops, so that a broken host does not fail the whole queue."""
-
-    exit_code = 1
 
 
 class JobTakenAway(BaseException):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -111,7 +112,7 @@ def job_keys(
 def submit(
     path: str | Path,
     store: ResultsStore,
-    queue: JobQueue,
+    queue: JobQueue | Callable[[], JobQueue],
     *,
     limit: int | None = None,
     workdir: Path | None = None,
@@ -127,7 +128,8 @@ def submit(
     queue checks again as it inserts them, atomically). Without ``workdir`` the unpacked copy is removed
     afterwards and the returned ``archive`` is the store's copy. ``limit`` (smoke runs only) scores the
     first N cases. ``dataset_version``: the jobs' dataset version instead of the manifest's (checked
-    before anything is unpacked).
+    before anything is unpacked). ``queue`` may be a function that opens it: called only once the submission
+    is valid, so a refused one leaves no store or queue behind.
     """
     if dataset_version is not None:
         resolve_version(dataset_version)  # an unknown name fails here, in one line
@@ -140,6 +142,8 @@ def submit(
     try:
         submission = load_submission(path, work, limits)
         keys = job_keys(submission, limit, dataset_version)
+        if callable(queue):
+            queue = queue()
         if policy is not None:
             queue.check_quotas(submission, keys, submitter=submitter_id, policy=policy)
         sha = store.put_submission(submission.archive)

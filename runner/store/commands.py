@@ -30,13 +30,28 @@ from knowgic.runner.store.signing import (
 )
 from knowgic.runner.store.store import ResultsStore, local_entry_id
 
+PRIVATE_KEY_MARK = "PRIVATE KEY-----"
+"""What the first line of every private key file holds (OpenSSH and PEM: ``-----BEGIN ... PRIVATE KEY-----``)."""
+
+
+def _store_folder(given: Path | None, exists: bool) -> Path:
+    """The store's folder (``--store``, ``$KNOWGIC_STORE`` or the default), refused in one line when it is a
+    file, or missing and ``exists`` asks for it."""
+    root = store_root(given)
+    if root.exists() and not root.is_dir():
+        raise KnowgicError(f"results store {root} is a file, not a folder (--store names the store's folder)")
+    if exists and not root.is_dir():
+        raise KnowgicError(f"results store {root} does not exist")
+    return root
+
 
 def _add(args: argparse.Namespace) -> int:
 
     from knowgic.evaluation.sweep import results_paths  # imports torch: only for the command that needs it
 
-    store = ResultsStore(store_root(args.store))
-    paths = results_paths(args.results)
+    root = _store_folder(args.store, exists=False)
+    paths = results_paths(args.results)  # every path named exists before the store is touched
+    store = ResultsStore(root)
     added = 0
     for path in paths:
         new = not store.entry_path(local_entry_id(store.put_results(path))).exists()
@@ -56,9 +71,7 @@ def _add(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
 
-    root = store_root(args.store)
-    if not root.is_dir():
-        raise KnowgicError(f"results store {root} does not exist")
+    root = _store_folder(args.store, exists=True)
     store = ResultsStore(root, trusted_keys=TrustedKeys.load(args.trusted_keys))
     scan = store.scan()
     if args.json:
@@ -143,6 +156,12 @@ def _trust(args: argparse.Namespace) -> int:
         text = args.public_key.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise KnowgicError(f"cannot read the public key {args.public_key}: {exc}") from None
+    if PRIVATE_KEY_MARK in text:
+        public = Path(f"{args.public_key}.pub")
+        hint = f"trust its public line, {public}" if public.is_file() else "trust the KEY.pub beside it"
+        raise KnowgicError(
+            f"{args.public_key} is a private key, not a public one: {hint} (a private key stays on its worker)"
+        )
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
     if len(lines) != 1:
         raise KnowgicError(
