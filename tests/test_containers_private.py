@@ -225,9 +225,13 @@ def test_submitted_code_cannot_see_the_private_split(private_run: dict[str, Any]
 
 def test_a_huge_prefix_is_refused_in_tokens_not_killed_for_memory(private_run: dict[str, Any]) -> None:
     reason = _reason(private_run, "long-prefix")
+    from transformers import AutoTokenizer
+
     assert reason.startswith("the score stage rejected the run: edit 1 (")
+    prefix = ("Paris is lovely. " * 10_000)[:100_000]  # score_limits.LongPrefix's
+    tokens = len(AutoTokenizer.from_pretrained(str(PREBUILT))(prefix)["input_ids"])
     assert reason.endswith(
-        "in-context prefix (100000 characters): 41177 tokens exceed the model's 1024 positions"
+        f"in-context prefix (100000 characters): {tokens} tokens exceed the model's 1024 positions"
     )
 
 
