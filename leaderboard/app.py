@@ -74,6 +74,7 @@ CSS = """
 #kg-header h1 { margin: 0; font-size: 1.5em; }
 #kg-header p { margin: 0.2em 0 0; }
 #kg-status { align-self: end; }
+#kg-status .html-container { padding: 0; }  /* in line with the blocks beside and under it */
 .kg-hint p { font-size: 0.9em; margin: 0; }
 .kg-links { white-space: nowrap; }
 #kg-about td:nth-child(-n+2), #kg-about th:nth-child(-n+2) { white-space: nowrap; }

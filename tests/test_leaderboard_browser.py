@@ -708,43 +708,6 @@ def test_a_plugin_editor_shows_its_class_name_and_the_whole_name_on_hover(
     assert dialogs == []
 
 
-def test_the_leaderboard_command_prints_one_line_and_no_gradio_hints(site, tmp_path) -> None:
-    """`knowgic leaderboard` says where the page is, in one line: none of Gradio's launch messages (a share
-    link, `launch()`); Ctrl+C stops it without a message."""
-    import selectors
-    import signal
-    import subprocess
-    import sys
-    import urllib.request
-
-    board, _url = site
-    port = free_port()
-    command = [sys.executable, "-m", "knowgic.cli", "leaderboard", "--store", str(board.store.root)]
-    server = subprocess.Popen(
-        [*command, "--port", str(port)],
-        env={**os.environ, "KNOWGIC_CACHE": str(tmp_path / "cache")},  # not the user's cache
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        waiting = selectors.DefaultSelector()
-        waiting.register(server.stdout, selectors.EVENT_READ)
-        assert waiting.select(timeout=120), "the leaderboard said nothing in 120 s"
-        first = server.stdout.readline()  # printed once the server is up
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as answer:
-            assert answer.status == 200
-    finally:
-        server.send_signal(signal.SIGINT)
-        rest, err = server.communicate(timeout=60)
-    assert server.returncode == 0, (server.returncode, first, rest, err)
-    assert (first + rest).splitlines() == [
-        f"KnowGIC leaderboard at http://127.0.0.1:{port}/ (Ctrl+C stops it)"
-    ]
-    said = first + rest + err
-    assert "share" not in said and "launch()" not in said and "Keyboard" not in said, err
-
-
 # -- names are text (a results file's names never become elements) -----------------------------------------
 
 IMG = "<img src=x onerror=alert(1)>"
