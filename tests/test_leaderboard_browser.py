@@ -3,7 +3,10 @@
 A person's path through the app: the first screen (a ranking of one model's runs, at 1400 × 900 and on a
 phone at 390 × 844), the reported rows set apart, the advanced controls, the plots, a result by its
 permalink, a comparison, a submission and the queue, the skipped panel, a new result appearing without a
-reload. Assertions are on elements, their text and their place on the screen.
+reload. At both sizes: no empty placeholder table before a choice, no word of a table broken over two
+lines, every metric's interval inside its cell, a plug-in editor by its class name; and runs named with
+markup, which makes no element anywhere. Assertions are on elements, their text and their place on the
+screen.
 
 Screenshots of every tab at 1400 × 900 and 390 × 844 are saved for a person to look at, in
 ``$KNOWGIC_TEST_ARTIFACTS`` when set (``.ci/run`` keeps that folder), else in the test session's temporary
