@@ -51,7 +51,6 @@ from knowgic.leaderboard.table import (
     TableQuery,
     column_headers,
     default_columns,
-    markdown_text,
     ranking_choice,
     row_label,
     skipped_frame,
@@ -67,7 +66,7 @@ DEFAULT_REFRESH_SECONDS = 5.0
 CSS = """
 .kg-metric { white-space: nowrap; }
 .kg-value { font-weight: 600; }
-.kg-interval { color: var(--body-text-color); font-size: 0.92em; margin-left: 0.3em; }
+.kg-interval { color: var(--body-text-color); font-size: 0.92em; }
 .kg-rank { font-weight: 700; }
 .kg-undefined { cursor: help; text-decoration: underline dotted; }
 .kg-editor { font-weight: 600; }
@@ -75,14 +74,23 @@ CSS = """
 #kg-header h1 { margin: 0; font-size: 1.5em; }
 #kg-header p { margin: 0.2em 0 0; }
 #kg-status { align-self: end; }
+#kg-status .html-container { padding: 0; }  /* in line with the blocks beside and under it */
 .kg-hint p { font-size: 0.9em; margin: 0; }
 .kg-links { white-space: nowrap; }
 #kg-about td:nth-child(-n+2), #kg-about th:nth-child(-n+2) { white-space: nowrap; }
-/* A phone: the title, then the model and the ranking (rank and editor pinned, IFR beside them). */
+#kg-about th, #kg-about td { word-break: normal; overflow-wrap: break-word; }
+/* Words stay whole in every table, headers included: Gradio's tables break a word anywhere, so a
+   narrow column put one letter a line. A column is now at least its longest word wide, and a table wider
+   than the screen scrolls sideways; only a word longer than its column (a path) still breaks. */
+.table-wrap th span.header, .table-wrap td span { word-break: normal; overflow-wrap: break-word; }
+/* A phone: the title, then the model and the ranking (rank and editor pinned, IFR beside them), each
+   interval under its value, so that the first metric column fits the screen whole. */
 #kg-board-head { flex-wrap: wrap; }
 #kg-status { flex: 1 1 320px; }
 @media (max-width: 640px) {
   #kg-header p { display: none; }
+  .kg-metric { display: inline-grid; grid-template-columns: max-content 1fr; column-gap: 0.3em; }
+  .kg-metric .kg-interval { grid-row: 2; grid-column: 1 / span 2; }
 }
 
 """
@@ -262,6 +270,24 @@ class LeaderboardState:
         return self._queue
 
 
+# The queue view's columns, each with its width in pixels: wide enough for its header's words and its short
+# values ("cancelled", "independent", a date). A screen narrower than all of them scrolls the table sideways,
+# instead of cutting each column to a share of the screen and a header to a letter a line.
+JOB_COLUMNS: dict[str, str] = {
+    "Job": "150px",
+    "Submission": "130px",
+    "Model": "120px",
+    "Protocol": "95px",
+    "Mode": "115px",
+    "State": "95px",
+    "Lost runs": "60px",
+    "Time in each state": "150px",
+    "Reason": "200px",
+    "Worker": "90px",
+    "Updated": "110px",
+}
+
+
 def jobs_frame(jobs: Sequence[Any]) -> pd.DataFrame:
     """The queue view: one row per job, newest first."""
     records = []
@@ -285,8 +311,7 @@ def jobs_frame(jobs: Sequence[Any]) -> pd.DataFrame:
                 "Updated": job.updated_at.astimezone(_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
             }
         )
-    columns = ["Job", "Submission", "Model", "Protocol", "Mode", "State", "Lost runs", "Time in each state"]
-    return pd.DataFrame.from_records(records, columns=[*columns, "Reason", "Worker", "Updated"])
+    return pd.DataFrame.from_records(records, columns=list(JOB_COLUMNS))
 
 
 CONTROL_NAMES: tuple[str, ...] = ("model", "search", *(key for key, _ in FILTERS), "sort", "order", "columns")
@@ -332,22 +357,35 @@ def _frame_update(shown: Any) -> gr.Dataframe:
 
 
 def _status(shown: Any, model: str | None, notice: str = "") -> str:
-    """The line above the ranking: how many results, of which model, the columns holding one value, and the
-    ranking's edit set (its header)."""
-    # every name here comes from results files: Markdown and HTML in them stay text
+    """The line above the ranking, as HTML: how many results, of which model, the columns holding one value,
+    and the ranking's edit set (its header); then the notice, if any.
+
+    Every name in it comes from results files, so the line is escaped HTML text, not Markdown: no mark in a
+    name (an image, a link, a bare address, emphasis, a tag) makes an element, and it shows as typed."""
     model, _ = split_choice(model)
     what = f"{shown.total} result(s)"
     if model and model != ALL_MODELS:
-        what += f" of {markdown_text(model)}"
+        what += f" of {_one_line(model)}"
     if shown.ranking is not None:
-        what += f" · ranking on {markdown_text(shown.ranking.edit_set)}"
+        what += f" · ranking on {_one_line(shown.ranking.edit_set)}"
     context = " · ".join(
-        f"dataset {markdown_text(value)}" if key == "dataset" else markdown_text(value)
+        f"dataset {_one_line(value)}" if key == "dataset" else _one_line(value)
         for key, value in shown.constant.items()
         if key != "model"
     )
     parts = [what, *([f"all {context}"] if context else []), f"page {shown.page} of {shown.pages}"]
-    return " · ".join(parts) + (f"\n\n*{notice}*" if notice else "")
+    line = html.escape(" · ".join(parts), quote=False)
+    # What the ranks rest on: the private split every run was scored on, or the public data, and why.
+    rank_note = getattr(shown, "rank_note", "")
+    if rank_note:
+        line += f'<br><span class="kg-rank-note">{html.escape(_one_line(rank_note), quote=False)}</span>'
+
+    return line + (f'<br><em class="kg-notice">{html.escape(notice, quote=False)}</em>' if notice else "")
+
+
+def _one_line(name: Any) -> str:
+    """A name inside a sentence: its whitespace (line and paragraph separators too) one space."""
+    return " ".join(str(name).split())
 
 
 class BoardTab:
@@ -395,7 +433,7 @@ class BoardTab:
                     min_width=220,
                     elem_id="kg-model",
                 )
-                self.status = gr.Markdown(elem_id="kg-status", min_width=320)
+                self.status = gr.HTML(elem_id="kg-status", min_width=320)
             self.table = gr.Dataframe(
                 interactive=False,
                 wrap=True,
@@ -575,6 +613,9 @@ class PlotsTab:
         self.tab.select(self.plot, inputs, outputs, api_name=False)
 
 
+CHOOSE_RESULT = "Choose a result: click a row of the ranking, or open a permalink (?result=ID)."
+
+
 class DetailTab:
     """One result: header, every metric, downloads, per-edit heatmap and table, chains, config, provenance."""
 
@@ -586,15 +627,35 @@ class DetailTab:
             with gr.Row():
                 self.row_id = gr.Textbox(label="Result id", scale=4, elem_id="kg-detail-id")
                 self.open = gr.Button("Open", scale=0, elem_id="kg-detail-open")
-            self.header = gr.HTML(elem_id="kg-detail-header")
-            self.metrics = gr.Dataframe(
-                label="Metrics",
-                interactive=False,
-                wrap=True,
-                max_height=1200,  # every metric at once: no scrolling inside the table
-                column_widths=["200px", "80px", "60px", "160px", "90px", "auto"],
-                elem_id="kg-detail-metrics",
-            )
+            self.header = gr.HTML(f"<p>{html.escape(CHOOSE_RESULT)}</p>", elem_id="kg-detail-header")
+            # Shown once a result is chosen (no empty tables before); the records' part only for a stored run.
+            with gr.Column(visible=False, elem_id="kg-detail-body") as self.body:
+                self._build_body()
+        self.outputs = [
+            self.header,
+            self.body,
+            self.records,
+            self.metrics,
+            self.heatmap,
+            self.per_edit,
+            self.edit_choice,
+            self.chains,
+            self.config,
+            self.provenance,
+            self.environment,
+            self.download,
+        ]
+
+    def _build_body(self) -> None:
+        self.metrics = gr.Dataframe(
+            label="Metrics",
+            interactive=False,
+            wrap=True,
+            max_height=1200,  # every metric at once: no scrolling inside the table
+            column_widths=["200px", "80px", "60px", "160px", "90px", "auto"],
+            elem_id="kg-detail-metrics",
+        )
+        with gr.Column(visible=False, elem_id="kg-detail-records") as self.records:
             self.download = gr.File(
                 label="results.json (and the submission archive of a verified run)",
                 file_count="multiple",
@@ -621,24 +682,15 @@ class DetailTab:
                 self.provenance = gr.JSON(label="provenance", elem_id="kg-provenance")
             with gr.Accordion("Environment", open=False):
                 self.environment = gr.JSON(label="environment", elem_id="kg-environment")
-        self.outputs = [
-            self.header,
-            self.metrics,
-            self.heatmap,
-            self.per_edit,
-            self.edit_choice,
-            self.chains,
-            self.config,
-            self.provenance,
-            self.environment,
-            self.download,
-        ]
 
-    def _without_document(self, header: str, metrics: Any) -> tuple[Any, ...]:
-        """The outputs of a row without a results document (none chosen, or a reported row)."""
+    def _without_document(self, header: str, metrics: Any | None) -> tuple[Any, ...]:
+        """The outputs of a row without a results document: a reported row (``metrics``, no records), or
+        none (``metrics`` None: only the header shows)."""
         return (
             header,
-            metrics,
+            gr.Column(visible=metrics is not None),
+            gr.Column(visible=False),
+            views.metrics_frame(None, None, self.state.columns) if metrics is None else metrics,
             plots.heatmap_figure([], "", self.state.columns),
             views.per_edit_frame({}, self.state.columns),
             gr.Dropdown(choices=[], value=None),
@@ -654,12 +706,8 @@ class DetailTab:
         columns = state.columns
         row = state.board.by_id.get((row_id or "").strip())
         if row is None:
-            message = "Choose a result: click a row of the ranking, or open a permalink (?result=ID)."
-            if row_id:
-                message = f"No result with id {row_id!r} in this leaderboard."
-            return self._without_document(
-                f"<p>{html.escape(message)}</p>", views.metrics_frame(None, None, columns)
-            )
+            message = f"No result with id {row_id!r} in this leaderboard." if row_id else CHOOSE_RESULT
+            return self._without_document(f"<p>{html.escape(message)}</p>", None)
         permalink = f"?result={quote(row.row_id)}"
         if row.entry is None:  # reported: no document
             return self._without_document(
@@ -668,7 +716,7 @@ class DetailTab:
         try:
             document = row.entry.document
         except StoreFileError as exc:
-            return (f"<p>{html.escape(str(exc))}</p>", *self.show(None)[1:])
+            return self._without_document(f"<p>{html.escape(str(exc))}</p>", None)
         choices = views.edit_choices(document)
         first = choices[0][1] if choices else None
         files = [str(self._copy(row.entry.results_file, f"results-{row.entry.results_sha256[:16]}.json"))]
@@ -677,7 +725,9 @@ class DetailTab:
         if archive is not None:  # a verified run's code: the submission archive it was run from
             files.append(str(self._copy(archive, f"submission-{archive.name}")))
         return (
-            views.detail_header(row, permalink) + views.private_note(document),
+            views.detail_header(row, permalink) + views.private_note(document, row.private_check),
+            gr.Column(visible=True),
+            gr.Column(visible=True),
             views.metrics_frame(row, document, columns),
             plots.heatmap_figure(
                 document["per_edit"][: views.DETAIL_ROWS],
@@ -727,6 +777,9 @@ def compare_html(comparison: views.Comparison, a: str | None, b: str | None) -> 
     return "\n".join(lines)
 
 
+CHOOSE_RUNS = "Choose a model, then two of its runs (A and B), and Compare."
+
+
 class CompareTab:
     """Two runs of one model: B − A per metric with the paired interval, said in words; edit by edit."""
 
@@ -741,18 +794,21 @@ class CompareTab:
                 self.a = gr.Dropdown(label="A", allow_custom_value=True, elem_id="kg-compare-a")
                 self.b = gr.Dropdown(label="B", allow_custom_value=True, elem_id="kg-compare-b")
             self.button = gr.Button("Compare", elem_id="kg-compare-button")
-            self.message = gr.HTML(elem_id="kg-compare-message")
-            self.metrics = gr.Dataframe(
-                label="Metric by metric",
-                interactive=False,
-                wrap=True,
-                max_height=1200,  # every metric at once
-                elem_id="kg-compare-metrics",
-            )
-            self.edits = gr.Dataframe(
-                label="Edit by edit", interactive=False, wrap=True, elem_id="kg-compare-edits"
-            )
-        self.outputs = [self.message, self.metrics, self.edits]
+            self.message = gr.HTML(f"<p>{html.escape(CHOOSE_RUNS)}</p>", elem_id="kg-compare-message")
+            # Shown once there is a comparison (no empty tables before).
+            with gr.Column(visible=False, elem_id="kg-compare-tables") as self.tables:
+                self.metrics = gr.Dataframe(
+                    label="Metric by metric",
+                    interactive=False,
+                    wrap=True,
+                    max_height=1200,  # every metric at once
+                    elem_id="kg-compare-metrics",
+                )
+                self.edits = gr.Dataframe(
+                    label="Edit by edit", interactive=False, wrap=True, elem_id="kg-compare-edits"
+                )
+        self.outputs = [self.message, self.tables, self.metrics, self.edits]
+        self.lists_shown = [self.model, self.a, self.b]
 
     def stored_models(self) -> list[str]:
         return [
@@ -760,6 +816,13 @@ class CompareTab:
             for m in self.state.board.models()
             if any(r.entry for r in self.state.board.rows if r.model == m)
         ]
+
+    def lists(self, model: str | None, a: str | None = None, b: str | None = None) -> tuple[Any, Any, Any]:
+        """The model list, its choice (``model`` where it has stored runs, else the first model with
+        stored runs) and that model's runs as the choices of A and B."""
+        models = self.stored_models()
+        model = model if model in models else (models[0] if models else None)
+        return (gr.Dropdown(choices=models, value=model), *self.choices(model, a, b))
 
     def choices(self, model: str | None, a: str | None = None, b: str | None = None) -> tuple[Any, Any]:
         rows = [r for r in self.state.board.rows if r.model == model and r.entry is not None] if model else []
@@ -773,7 +836,12 @@ class CompareTab:
     def run(self, a: str | None, b: str | None) -> tuple[Any, ...]:
         board = self.state.board
         comparison = views.compare(board.by_id.get(a or ""), board.by_id.get(b or ""), self.state.columns)
-        return compare_html(comparison, a, b), comparison.metrics, comparison.edits
+        return (
+            compare_html(comparison, a, b),
+            gr.Column(visible=not comparison.metrics.empty),
+            comparison.metrics,
+            comparison.edits,
+        )
 
     def wire(self) -> None:
         self.model.input(self.choices, self.model, [self.a, self.b], api_name=False)
@@ -811,9 +879,10 @@ class QueueTab:
                 self.note = gr.Markdown(elem_id="kg-queue-note")
                 self.refresh = gr.Button("Refresh", size="sm", elem_id="kg-queue-refresh", scale=0)
             self.table = gr.Dataframe(
+                jobs_frame([]),
                 interactive=False,
                 wrap=True,
-                column_widths=["13%", "10%", "9%", "7%", "9%", "6%", "5%", "11%", "16%", "7%", "7%"],
+                column_widths=list(JOB_COLUMNS.values()),
                 elem_id="kg-queue",
             )
         self.outputs = [self.note, self.table]
@@ -911,7 +980,12 @@ def build_app(
             """Everything that follows the store, for a page whose controls hold ``values``."""
             drawn = dict(zip(board.outputs, board.render(*(values[c] for c in board.inputs)), strict=True))
             drawn.update(board.refresh_updates())
-            drawn[compare.model] = gr.Dropdown(choices=compare.stored_models())
+            if compare.model in values:  # the Compare tab's lists, filled for its model (else the ranking's)
+                model = values[compare.model] or split_choice(values[board.model])[0]
+                lists = compare.lists(model, values[compare.a], values[compare.b])
+                drawn.update(zip(compare.lists_shown, lists, strict=True))
+            else:
+                drawn[compare.model] = gr.Dropdown(choices=compare.stored_models())
             return drawn
 
         def tick(values: dict[Any, Any]) -> dict[Any, Any]:
@@ -935,12 +1009,13 @@ def build_app(
             params = dict(request.query_params) if request is not None else {}
             version = state.version  # read before drawing: a change in between is redrawn by the next tick
             model = params.get("model")
-            if split_choice(model)[0] in state.board.models():
-                values = {**values, board.model: model}
+            if split_choice(model)[0] not in state.board.models():
+                # The page was built before the store was read, perhaps: its default is this board's.
+                model = board.default_model()
+            values = {**values, board.model: model}
             updates = {**redraw(values), seen_version: version}
             updates.update(zip(queue.outputs, queue.jobs(), strict=True))
-            if split_choice(model)[0] in state.board.models():
-                updates[board.model] = gr.Dropdown(choices=board.model_choices(), value=model)
+            updates[board.model] = gr.Dropdown(choices=board.model_choices(), value=model)
             result, a, b = params.get("result"), params.get("a"), params.get("b")
             if result:
                 updates[tabs] = gr.Tabs(selected="detail")
@@ -949,10 +1024,8 @@ def build_app(
             elif a and b:
                 updates[tabs] = gr.Tabs(selected="compare")
                 row_a = state.board.by_id.get(a)
-                updates[compare.model] = gr.Dropdown(
-                    choices=compare.stored_models(), value=row_a.model if row_a else None
-                )
-                updates[compare.a], updates[compare.b] = compare.choices(row_a.model if row_a else None, a, b)
+                lists = compare.lists(row_a.model if row_a else None, a, b)
+                updates.update(zip(compare.lists_shown, lists, strict=True))
                 updates.update(zip(compare.outputs, compare.run(a, b), strict=True))
             return updates
 
@@ -967,31 +1040,22 @@ def build_app(
                 **dict(zip(detail.outputs, detail.show(row_id), strict=True)),
             }
 
-        followed = [*board.outputs, *board.refreshed, compare.model, seen_version]
+        followed = [*board.outputs, *board.refreshed, *compare.lists_shown, seen_version]
         board.reload_button.click(reload, board.inputs, followed, api_name="reload", show_progress="hidden")
         board.table.select(
             open_clicked, board.row_ids, [tabs, detail.row_id, *detail.outputs], api_name=False
         )
         timer.tick(
             tick,
-            {seen_version, *board.inputs},
+            {seen_version, *board.inputs, *compare.lists_shown},
             [*followed, *queue.outputs],
             api_name=False,
             show_progress="hidden",
         )
         app.load(
             on_load,
-            set(board.inputs),
-            [
-                *followed,
-                *queue.outputs,
-                tabs,
-                detail.row_id,
-                *detail.outputs,
-                compare.a,
-                compare.b,
-                *compare.outputs,
-            ],
+            {*board.inputs, *compare.lists_shown},
+            [*followed, *queue.outputs, tabs, detail.row_id, *detail.outputs, *compare.outputs],
             api_name=False,
             show_progress="hidden",
         )
@@ -1008,16 +1072,29 @@ def launch_app(
     block: bool = True,
     quiet: bool = False,
 ) -> tuple[Any, str, str]:
-    """Serve ``app`` with the leaderboard's CSS and its upload size limit (Gradio refuses larger files)."""
-    return app.launch(
+    """Serve ``app`` with the leaderboard's CSS and its upload size limit (Gradio refuses larger files).
+
+    Gradio's own launch messages are never printed (they give advice about Gradio's options, such as a
+    share link, that this command does not take): one line says where the page is, unless ``quiet``.
+    ``block``: serve until interrupted (Ctrl+C closes the server without a message)."""
+    launched = app.launch(
         server_name=host,
         server_port=port,
-        prevent_thread_lock=not block,
+        prevent_thread_lock=True,
         max_file_size=getattr(app, "upload_limit_bytes", DEFAULT_UPLOAD_LIMIT_BYTES),
         css=CSS,
-        quiet=quiet,
+        quiet=True,
         footer_links=["api"],
     )
+    if not quiet:
+        print(f"KnowGIC leaderboard at {launched[1]} (Ctrl+C stops it)", flush=True)
+    if block:
+        try:
+            while app.is_running:
+                time.sleep(0.1)
+        except KeyboardInterrupt:
+            app.close(verbose=False)
+    return launched
 
 
 def main() -> int:

@@ -112,22 +112,21 @@ def short(value: Any) -> str:
     return value if len(value) <= NAME_CHARS else value[:NAME_CHARS] + "…"
 
 
+EDITOR_CHARS = 24  # characters of an editor's name in a table cell; the whole name is on hover
+_PLUGIN = re.compile(r"^[A-Za-z_][\w.]*:([A-Za-z_]\w*)$")  # a plug-in editor's entry point, module:Class
+
+
+def short_editor(name: str) -> str:
+    """An editor's name as a table cell shows it: a plug-in's ``module.path:Class`` by its class name, any
+    name cut to ``EDITOR_CHARS`` characters (the cell's title holds the whole name)."""
+    plugin = _PLUGIN.match(name)
+    shown = plugin.group(1) if plugin else name
+    return shown if len(shown) <= EDITOR_CHARS else shown[: EDITOR_CHARS - 1] + "…"
+
+
 def text(value: Any) -> str:
     """Anything shown inside table HTML: escaped, so a submitter's ``<script>`` stays text."""
     return html.escape("" if value is None else str(value), quote=True)
-
-
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]()!|~])")
-"""Characters that make Markdown inline elements (emphasis, code, links, images, tables, strikethrough); a
-name is one line inside a sentence, so the marks that act only at a line's start (#, -, 1., >) cannot act."""
-
-
-def markdown_text(value: Any) -> str:
-    """Anything from a results file, manifest or queue put into Markdown (a status line, a header): HTML
-    escaped and every Markdown character backslash-escaped, so ``![x](http://…)``, ``[link](…)`` or
-    ``<img src=x>`` in a name shows as those characters and makes no element (no image is fetched)."""
-    escaped = html.escape("" if value is None else " ".join(str(value).split()), quote=False)
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", escaped)
 
 
 @dataclass(frozen=True)
@@ -761,7 +760,10 @@ class Board:
             return f'<a href="?result={text(quote(row.row_id))}" class="kg-permalink">{text(row.row_id)}</a>'
         if column == "editor":
             # The editor names the row: its link opens the run's page (a click anywhere on the row does too).
-            title = text(row.submitter or row.label or row.row_id)
+            # A long name (a plug-in's module:Class) shows shortened, and whole on hover.
+            shown = short_editor(row.editor)
+            who = row.submitter or row.label or row.row_id
+            title = text(who if shown == row.editor else f"{row.editor} · {who}")
             badge = ""
             if row.source == "verified":
                 badge = (
@@ -769,7 +771,7 @@ class Board:
                 )
             return (
                 f'<a href="?result={text(quote(row.row_id))}" class="kg-editor" title="{title}">'
-                f"{text(row.editor)}</a>{badge}"
+                f"{text(shown)}</a>{badge}"
             )
         if column == "active_chains":
             return "–" if row.active_chains is None else str(row.active_chains)

@@ -43,7 +43,9 @@ PER_EDIT_AFTER = ("p_new", "p_true", "reasons", "prompt_prefix")
 # The per-edit table shows the start of an in-context prefix; the whole prefix is in the results.json download.
 PREFIX_SHOWN_CHARS = 500
 CHAIN_COLUMNS = ("case_id", "length", "active", "r_pre", "r_post", "known_post", "chain")
-CHAIN_WIDTHS = ["8%", "8%", "7%", "8%", "8%", "10%", "51%"]  # the chain text takes the rest
+# Each short column as wide as its header's word in pixels (a share of a phone's width cut them to a letter a
+# line); the chain's text takes a share of the table and wraps.
+CHAIN_WIDTHS = ["85px", "70px", "70px", "70px", "70px", "110px", "60%"]
 METRICS_COLUMNS = ["Metric", "Value", "n", "Interval", "Better", "Note"]
 DETAIL_ROWS = 500  # rows of one per-edit, per-chain or edit-by-edit table sent to a browser
 CELL_CHARS = 1000  # characters of one table cell

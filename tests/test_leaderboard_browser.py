@@ -3,7 +3,10 @@
 A person's path through the app: the first screen (a ranking of one model's runs, at 1400 × 900 and on a
 phone at 390 × 844), the reported rows set apart, the advanced controls, the plots, a result by its
 permalink, a comparison, a submission and the queue, the skipped panel, a new result appearing without a
-reload. Assertions are on elements, their text and their place on the screen.
+reload. At both sizes: no empty placeholder table before a choice, no word of a table broken over two
+lines, every metric's interval inside its cell, a plug-in editor by its class name; and runs named with
+markup, which makes no element anywhere. Assertions are on elements, their text and their place on the
+screen.
 
 Screenshots of every tab at 1400 × 900 and 390 × 844 are saved for a person to look at, in
 ``$KNOWGIC_TEST_ARTIFACTS`` when set (``.ci/run`` keeps that folder), else in the test session's temporary
@@ -496,3 +499,325 @@ def _submission_archive(folder: Path) -> Path:
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(source, arcname="submission.yaml")
     return archive
+
+
+# -- the rough edges: placeholders, words cut, long names, launch messages (both sizes) --------------------
+
+SIZES = pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["1400x900", "390x844"])
+PLUGIN_EDITOR = (
+    "knowgic_rank_one.editor:RankOneFT"  # the example plug-in's entry point (examples/custom_editor)
+)
+
+# Every shown text node of these elements: header cells of every table (the About page's included), and the
+# cells of the ranking and of the queue.
+WORDS_CHECKED = ".table-wrap th span.header, #kg-about th, #kg-table td, #kg-queue td"
+BROKEN_WORDS = """selector => {
+  const broken = [];
+  for (const element of document.querySelectorAll(selector)) {
+    if (!element.getClientRects().length) continue;  // not shown
+    const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      // a word: letters between spaces, hyphens and slashes (where a line may break)
+      for (const word of node.data.matchAll(/[^\\s\\-\\u2010-\\u2014\\/]+/g)) {
+        const range = document.createRange();
+        range.setStart(node, word.index);
+        range.setEnd(node, word.index + word[0].length);
+        const lines = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+        if (lines.size > 1) broken.push(word[0]);
+      }
+    }
+  }
+  return broken;
+}"""
+# The headers of the tables shown that are only numbers: Gradio's placeholder of a table without a value.
+PLACEHOLDER_TABLES = """() => [...document.querySelectorAll('.table-wrap thead')]
+  .filter(head => head.getClientRects().length)
+  .map(head => head.innerText.split(/\\s+/).filter(Boolean).join(' '))
+  .filter(text => /^\\d+( \\d+)*$/.test(text))"""
+# Each metric cell of the ranking: the boxes of its value, its interval, all it shows (value, interval and
+# marks) and its cell.
+METRIC_BOXES = """() => [...document.querySelectorAll('#kg-table [role=row].virtual-row .kg-metric')].map(metric => {
+  const box = e => { const r = e.getBoundingClientRect(); return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+  const interval = metric.querySelector('.kg-interval');
+  const parts = [...metric.children].map(box);
+  const shown = {left: Math.min(...parts.map(b => b.left)), right: Math.max(...parts.map(b => b.right))};
+  return {value: box(metric.querySelector('.kg-value')), interval: interval && box(interval), shown,
+          cell: box(metric.closest('[data-col]')), col: Number(metric.closest('[data-col]').dataset.col)};
+})"""
+
+
+def renamed_run(source: Path, folder: Path, **config: str) -> Path:
+    """A real run under other names (``config``: its model or editor), hashed and checked again by the
+    results module and written as ``evaluate`` writes it: a valid results file, which the store takes."""
+    import copy
+
+    from knowgic.evaluation.outputs import write_results
+    from knowgic.results import finalize, read_results
+
+    document = copy.deepcopy(dict(read_results(source)))
+    document["config"].update(config)
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_results(finalize(document), folder)
+
+
+class Stored:
+    """Runs added to the site's store as local runs for one test, taken out again (entry and results
+    file) when it ends: the other tests see the store they expect."""
+
+    def __init__(self, board, runs: dict[str, Path]) -> None:
+        self.board, self.runs, self.entries = board, runs, {}
+
+    def __enter__(self) -> dict[str, str]:
+        for name, path in self.runs.items():
+            self.entries[name] = self.board.store.add_local(path, label=name).entry_id
+        return self.entries
+
+    def __exit__(self, *exc_info) -> None:
+        store = self.board.store
+        for entry in self.entries.values():
+            record = json.loads(store.entry_path(entry).read_text(encoding="utf-8"))
+            store.entry_path(entry).unlink()
+            store.results_path(record["results_sha256"]).unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def finished_job(site) -> str:
+    """A job a worker finished, so that the queue shows the state "finished" (the word that broke)."""
+    from knowgic.leaderboard.accounts import leaderboard_policy, submit_upload
+    from knowgic.runner.queue.queue import JobQueue
+    from tests.test_leaderboard import write_submission
+
+    board, _url = site
+    queue = JobQueue(board.store.queue_url())
+    try:
+        archive = write_submission(board.root / "finished-submission", name="finished-editor")
+        submit_upload(archive, board.store, queue, leaderboard_policy())
+        claimed = queue.claim("browser-test-worker")
+        assert claimed is not None
+        queue.finish(claimed.job_id, "browser-test-worker", "0" * 64)
+        return claimed.job_id
+    finally:
+        queue.close()
+
+
+@SIZES
+def test_result_and_compare_tabs_show_no_empty_tables(site, browser, artifacts, viewport) -> None:
+    """Opened from the tab bar before anything is chosen: a prompt, not an empty table headed "1 2 3"; the
+    Compare tab's lists are filled from the store (the ranking's model, its runs for A and B)."""
+    board, url = site
+    size = f"{viewport['width']}x{viewport['height']}"
+    context, view, dialogs = _page(browser, viewport)
+    try:
+        view.goto(url)
+        wait_status(view, r"(^|\n)10 result")
+        for name in TABS:
+            open_tab(view, name)
+            view.wait_for_timeout(300)
+            assert view.evaluate(PLACEHOLDER_TABLES) == [], name
+            if name == "Result":
+                view.locator("#kg-detail-header", has_text="Choose a result").wait_for()
+                assert not view.locator("#kg-detail-metrics").is_visible()
+                assert not view.locator("#kg-chains").is_visible()
+                view.screenshot(path=str(artifacts / f"{size}-result-unchosen.png"))
+            if name == "Compare":
+                view.locator("#kg-compare-message", has_text="Choose a model").wait_for()
+                assert not view.locator("#kg-compare-metrics").is_visible()
+                assert not view.locator("#kg-compare-edits").is_visible()
+                assert view.locator("#kg-compare-model input").input_value() == "knowgic-tiny"
+                view.locator("#kg-compare-a input").click()
+                runs = view.locator("#kg-compare-a [role=option]")
+                runs.first.wait_for()
+                # every stored run of knowgic-tiny: one a built-in editor, and the verified one
+                assert runs.count() == len(board.entries), runs.all_inner_texts()
+                assert all(t.startswith("knowgic-tiny · ") for t in runs.all_inner_texts())
+                view.keyboard.press("Escape")
+                view.screenshot(path=str(artifacts / f"{size}-compare-unchosen.png"))
+    finally:
+        context.close()
+    assert dialogs == []
+
+
+@SIZES
+def test_tables_keep_words_whole_and_intervals_in_view(
+    site, browser, finished_job, artifacts, viewport
+) -> None:
+    """Every table of every tab: no word of a header (nor of a ranking or queue cell) broken over two
+    lines; each metric's interval inside its cell, under its value on a phone (beside it at 1400), and the
+    first metric column whole on the screen."""
+    board, url = site
+    size = f"{viewport['width']}x{viewport['height']}"
+    context, view, dialogs = _page(browser, viewport)
+    try:
+        view.goto(url)
+        wait_status(view, r"(^|\n)10 result")
+        view.locator("#kg-table [role=row].virtual-row").nth(9).wait_for()
+        metrics = view.evaluate(METRIC_BOXES)
+        assert len(metrics) >= 10 * len(HEADLINE_HEADERS[2:]), len(metrics)
+        first_column = min(m["col"] for m in metrics)
+        for m in metrics:
+            value, interval, shown, cell = m["value"], m["interval"], m["shown"], m["cell"]
+            assert interval is not None, m  # every headline value of the fixture's runs has one
+            assert cell["left"] - 0.5 <= shown["left"] and shown["right"] <= cell["right"] + 0.5, (
+                m
+            )  # nothing cut
+            if viewport is PHONE:
+                assert interval["top"] >= value["bottom"] - 1, m  # under the value
+            else:
+                assert interval["top"] < value["bottom"], m  # beside it
+            if m["col"] == first_column:
+                assert cell["right"] <= viewport["width"], m  # rank, editor and IFR fit the screen
+        assert view.evaluate(BROKEN_WORDS, WORDS_CHECKED) == []
+
+        open_tab(view, "Queue")
+        view.locator("#kg-queue [role=row].virtual-row", has_text="finished").first.wait_for()
+        assert view.evaluate(BROKEN_WORDS, WORDS_CHECKED) == []
+        view.screenshot(path=str(artifacts / f"{size}-queue-words.png"))
+        open_tab(view, "About")
+        view.locator("#kg-about th").first.wait_for()
+        assert view.evaluate(BROKEN_WORDS, WORDS_CHECKED) == []
+
+        view.goto(f"{url}?result={board.entries['rome']}")
+        view.locator("#kg-chains [role=row].virtual-row").first.wait_for()
+        view.locator("#kg-per-edit [role=row].virtual-row").first.wait_for()
+        assert view.evaluate(BROKEN_WORDS, WORDS_CHECKED) == []
+        view.goto(f"{url}?a={board.entries['none']}&b={board.entries['rome']}")
+        view.locator("#kg-compare-edits [role=row].virtual-row").first.wait_for()
+        assert view.evaluate(BROKEN_WORDS, WORDS_CHECKED) == []
+    finally:
+        context.close()
+    assert dialogs == []
+
+
+@SIZES
+def test_a_plugin_editor_shows_its_class_name_and_the_whole_name_on_hover(
+    site, browser, artifacts, tmp_path, viewport
+) -> None:
+    board, url = site
+    run = renamed_run(board.runs["rome"], tmp_path / "plugin", editor=PLUGIN_EDITOR)
+    context, view, dialogs = _page(browser, viewport)
+    try:
+        with Stored(board, {"plug-in run": run}) as entries:
+            view.goto(url)
+            wait_status(view, r"(^|\n)11 result")
+            link = view.locator(f"#kg-table a.kg-editor[href='?result={entries['plug-in run']}']")
+            link.wait_for()
+            assert link.inner_text() == "RankOneFT"
+            assert link.get_attribute("title").startswith(f"{PLUGIN_EDITOR} · ")
+            assert link.evaluate("e => e.getClientRects().length") == 1, "the name takes more than one line"
+            assert view.evaluate(BROKEN_WORDS, WORDS_CHECKED) == []
+            view.screenshot(path=str(artifacts / f"{viewport['width']}x{viewport['height']}-plugin.png"))
+    finally:
+        context.close()
+    assert dialogs == []
+
+
+# -- names are text (a results file's names never become elements) -----------------------------------------
+
+IMG = "<img src=x onerror=alert(1)>"
+LINK = "[link](http://example.invalid)"
+IMAGE = "![i](http://example.invalid/a.png)"
+BOLD = "**bold** _em_"
+MARKUP_MODEL = f"{IMG} {BOLD} {LINK}"
+# Editor names fit a cell (24 characters), so that the cell shows each whole.
+MARKUP_EDITORS = {"a": "![i](http://x.invalid/a)", "b": "<b>b</b> **bold** [l](x)"}
+# An element made from one of the names: an image or link to their addresses, emphasis of their words.
+MADE_FROM_NAMES = """() => [
+  ...document.querySelectorAll("img[src='x'], img[src*='invalid'], a[href*='invalid'], a[href='x']"),
+  ...[...document.querySelectorAll('strong, em, b')].filter(e => ['bold', 'em', 'b', 'bold em'].includes(e.textContent.trim())),
+].map(e => e.outerHTML)"""
+
+
+def choose_listed(page, elem_id: str, text: str, timeout: float = 120.0) -> None:
+    """Pick the option of a drop-down holding ``text``, once the page lists it (choices that follow the
+    store arrive with the page's timer, while a list already open keeps the choices it opened with)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    option = page.locator(f"#{elem_id} [role=option]", has_text=text).first
+    while True:
+        page.locator(f"#{elem_id} input").first.click()
+        try:
+            option.click(timeout=2000)
+            break
+        except Exception:  # not listed yet: close the list and look again
+            page.keyboard.press("Escape")
+            assert time.monotonic() < deadline, f"{text!r} never listed in #{elem_id}"
+            page.wait_for_timeout(1000)
+    page.keyboard.press("Escape")
+
+
+def test_names_with_markup_stay_text_everywhere(site, browser, artifacts, tmp_path) -> None:
+    """Runs whose model and editor names hold HTML, Markdown links, images and emphasis: chosen in every
+    view (the ranking and its status line, the table, a result, a comparison, the plots, the About page),
+    no element is made from them, no address in them is fetched, and they show as the characters they are."""
+    board, url = site
+    runs = {
+        f"markup {key}": renamed_run(
+            board.runs[source], tmp_path / key, model=MARKUP_MODEL, editor=MARKUP_EDITORS[key]
+        )
+        for key, source in (("a", "rome"), ("b", "none"))
+    }
+    context, view, dialogs = _page(browser, WIDE)
+    fetched: list[str] = []
+    view.on(
+        "request", lambda r: fetched.append(r.url) if "invalid" in r.url or r.url.endswith("/x") else None
+    )
+
+    def nothing_made(where: str) -> None:
+        assert view.evaluate(MADE_FROM_NAMES) == [], where
+
+    try:
+        with Stored(board, runs) as entries:
+            view.goto(url)
+            wait_status(view, r"(^|\n)10 result")
+            # The ranking of the markup model, chosen in its selector by its name.
+            choose_listed(view, "kg-model", MARKUP_MODEL)
+            status = wait_status(view, r"(^|\n)2 result")
+            assert f"2 result(s) of {MARKUP_MODEL}" in status, status
+            assert sorted(table_column(view, "Editor")) == sorted(MARKUP_EDITORS.values())
+            nothing_made("the ranking")
+            view.screenshot(path=str(artifacts / "markup-1-ranking.png"), full_page=True)
+
+            # A result, opened by a click on its row (its rank: the editor is a link, which loads the page
+            # anew): its header names model, editor and label.
+            row = view.locator("#kg-table [role=row].virtual-row", has_text=MARKUP_EDITORS["a"])
+            row.locator("[data-col='0']").click()
+            header = view.locator("#kg-detail-header")
+            header.locator("h3").wait_for()
+            assert header.locator("h3").inner_text() == f"{MARKUP_MODEL} · {MARKUP_EDITORS['a']}"
+            assert "label: markup a" in header.inner_text()
+            view.locator("#kg-heatmap svg.main-svg").first.wait_for()
+            nothing_made("a result")
+            view.screenshot(path=str(artifacts / "markup-2-result.png"), full_page=True)
+
+            # A comparison of the two runs, chosen in the Compare tab's lists.
+            open_tab(view, "Compare")
+            choose(view, "kg-compare-model", MARKUP_MODEL)
+            for side in ("a", "b"):
+                view.locator(f"#kg-compare-{side} input").first.click()
+                view.locator(f"#kg-compare-{side} [role=option]", has_text=entries[f"markup {side}"]).click()
+                view.keyboard.press("Escape")
+            view.locator("#kg-compare-button").click()
+            message = view.locator("#kg-compare-message")
+            message.get_by_text("Deep-editing score").first.wait_for()
+            assert f"A = {MARKUP_MODEL} · {MARKUP_EDITORS['a']}" in message.inner_text()
+            nothing_made("a comparison")
+
+            # The plots of the ranking's model: title, legend and hover texts.
+            open_tab(view, "Plots")
+            figure = view.locator("#kg-tradeoff")
+            figure.locator("g.legend").wait_for()
+            legend = figure.locator("g.legend").text_content()
+            assert all(f"{editor} (local)" in legend for editor in MARKUP_EDITORS.values()), legend
+            assert MARKUP_MODEL in figure.locator(".gtitle").text_content()
+            view.locator("#kg-lengths svg.main-svg").first.wait_for()
+            nothing_made("the plots")
+            view.screenshot(path=str(artifacts / "markup-3-plots.png"), full_page=True)
+
+            open_tab(view, "About")
+            view.locator("#kg-about th").first.wait_for()
+            nothing_made("the About page")
+    finally:
+        context.close()
+    assert dialogs == [], f"a script ran in the page: {dialogs}"
+    assert fetched == [], f"the page fetched addresses from names: {fetched}"

@@ -5,6 +5,7 @@ read the same store and queue and refuse the same way, each run as its own proce
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -85,8 +86,13 @@ def test_the_submit_form_queues_where_knowgic_queue_url_points(start: str, tmp_p
             handle_file(str(_example_archive(tmp_path / "rank-one.tar.gz"))), api_name="/submit"
         )
     finally:
-        process.terminate()
-        process.wait(timeout=60)
+        process.send_signal(signal.SIGINT)  # Ctrl+C
+        output, _ = process.communicate(timeout=60)
+    # One line says where the page is: none of Gradio's launch hints (a share link), nothing on Ctrl+C.
+    assert output.splitlines() == [f"KnowGIC leaderboard at http://127.0.0.1:{port}/ (Ctrl+C stops it)"], (
+        output
+    )
+    assert process.returncode == 0, output
     assert message.startswith("queued 1 job(s) for rank-one-ft 1.0.0"), message
     (job,) = JobQueue(url).jobs()
     assert job.state == JobState.PENDING and job.submission_name == "rank-one-ft"
