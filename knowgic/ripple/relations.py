@@ -63,7 +63,7 @@ class Relation:
 @dataclass(frozen=True)
 class Phrasing:
     """How a noun phrase NP becomes a query: ``prompt.format(NP)`` (a cloze), ``question[answers].format(NP)``,
-    and Preservation's cloze ``other_than.format(NP, o*)``."""
+    and Preservation's noun phrase ``other_than.format(NP, o*)``."""
 
     prompt: str
     question: dict[str, str]
