@@ -98,3 +98,27 @@ def test_an_undeclared_template_is_named() -> None:
         Graph.of([*FACTS, Fact("a", "{} is the nephew of", "b")], relation_table())
     with pytest.raises(KnowgicError, match="edit e4: no relation"):
         edit_queries(Edit("e4", "a", "{} is the nephew of", "b", "c"), _graph(), relation_table(), {})
+
+
+def test_the_ripple_config_of_1_1_0_loads_and_is_what_the_table_builds() -> None:
+    """``load_dataset(folder, "ripple")`` loads it; its rows are those the relation table builds from the
+    version's own rows; the content hash stays the published chains' (the config is outside it)."""
+    import datasets
+
+    from knowgic.dataset.derive import ripple_record, ripple_rows
+    from knowgic.dataset.io import alias_lists, read_json
+    from knowgic.dataset.loading import load_rows
+    from knowgic.dataset.versions import content_sha256, version_dir, version_info
+
+    folder = version_dir("1.1.0")
+    ds = datasets.load_dataset(str(folder), "ripple", split="test")
+    rows = load_rows("ripple", "1.1.0")
+    built = ripple_rows(
+        load_rows("chains", "1.1.0"), alias_lists(read_json(folder / "aliases.json")), relation_table()
+    )
+    assert len(ds) == len(rows) == version_info("1.1.0")["configs"]["ripple"]["rows"] and rows == built
+    assert version_info("1.1.0")["ripple"] == ripple_record(rows, relation_table())
+    assert content_sha256(folder) == version_info("1.1.0")["sha256"]
+    assert {r["criterion"] for r in rows} == set(CRITERIA)
+    edits = {r["edit_id"] for r in load_rows("edits", "1.1.0")}
+    assert {r["edit_id"] for r in rows} <= edits
