@@ -263,7 +263,10 @@ def test_card_metadata() -> None:
         assert meta["language"] == ["en"] and meta["size_categories"] == ["1K<n<10K"]
         assert "question-answering" in meta["task_categories"]
         configs = {c["config_name"]: c for c in meta["configs"]}
-        assert set(configs) == {"chains", "edits", "facts"} and configs["chains"].get("default") is True
+        extra = {"ripple"} if version == "1.1.0" else set()  # 1.0.0 stays as published
+        assert (
+            set(configs) == {"chains", "edits", "facts"} | extra and configs["chains"].get("default") is True
+        )
         assert all(c["data_files"][0]["split"] == "test" for c in configs.values())
         assert {i["config_name"] for i in meta["dataset_info"]} == set(configs)
         for name in ("CHANGELOG.md", "LICENSE", "CITATION.bib", "aliases.json", "version.json"):

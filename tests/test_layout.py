@@ -36,7 +36,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "knowgic.records",
         "knowgic.metrics",
     ),
-    ("knowgic.spec",),  # 1: the one reader of spec/benchmark.yaml
+    ("knowgic.spec", "knowgic.ripple"),  # 1: the readers of spec/ (benchmark, relations), ripple queries
     ("knowgic.intervals", "knowgic.paired"),  # 2: interval math and paired tests, on arrays
     ("knowgic.measure",),  # 3: records -> one registered function per metric -> values, intervals
     ("knowgic.results", "knowgic.recompute"),  # 4: the results document and its recomputation

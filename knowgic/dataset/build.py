@@ -30,7 +30,7 @@ from knowgic.dataset.card import (
 )
 from knowgic.dataset.checks import check_aliases, check_chains
 from knowgic.dataset.corrections import STEPS_1_1_0, Change, Step, apply_steps
-from knowgic.dataset.derive import edit_rows, fact_rows
+from knowgic.dataset.derive import edit_rows, fact_rows, ripple_record, ripple_rows
 from knowgic.dataset.io import (
     alias_lists,
     aliases_text,
@@ -41,25 +41,28 @@ from knowgic.dataset.io import (
     read_json,
     sha256_text,
 )
-from knowgic.dataset.schemas import CONFIG_SCHEMAS, validator
+from knowgic.dataset.schemas import ROW_SCHEMAS, validator
 from knowgic.dataset.versions import ALIASES_FILE, HUB_DIR, VERSION_FILE, version_sort_key
 from knowgic.errors import KnowgicError
 from knowgic.paths import PACKAGE_DIR, spec_dir
+from knowgic.ripple.relations import RelationTable, relation_table
 from knowgic.schema_errors import first_error_line
 from knowgic.yamlfile import read_yaml
 
 UPSTREAM_DIR = PACKAGE_DIR / "dataset" / "upstream"
-DATA_FILES = {config: f"data/{config}-test.jsonl" for config in CONFIG_SCHEMAS}
+DATA_FILES = {config: f"data/{config}-test.jsonl" for config in ROW_SCHEMAS}
 
 
 @dataclass(frozen=True)
 class VersionDef:
-    """How a version is made: from ``base`` (None: the upstream files) by ``steps``."""
+    """How a version is made: from ``base`` (None: the upstream files) by ``steps``; ``ripple``: whether it
+    ships the ``ripple`` config (1.0.0 reproduces the upstream files and stays as published)."""
 
     version: str
     summary: str
     base: str | None
     steps: tuple[Step, ...]
+    ripple: bool = False
 
 
 VERSIONS: tuple[VersionDef, ...] = (
@@ -79,6 +82,7 @@ VERSIONS: tuple[VersionDef, ...] = (
         "`case_id`s are those of 1.0.0.",
         "1.0.0",
         STEPS_1_1_0,
+        ripple=True,
     ),
 )
 
@@ -101,7 +105,7 @@ def upstream_inputs() -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
 
 
 def _check_rows(version: str, config: str, rows: Sequence[Mapping[str, Any]]) -> None:
-    v = validator(CONFIG_SCHEMAS[config])
+    v = validator(ROW_SCHEMAS[config])
     for index, row in enumerate(rows):
         problem = first_error_line(v.iter_errors(row))
         if problem is not None:
@@ -177,6 +181,7 @@ def version_files(built: BuiltVersion, history: Sequence[BuiltVersion]) -> dict[
             "source": {"repository": SOURCE_REPO, "commit": SOURCE_COMMIT},
             "based_on": next((v.base for v in VERSIONS if v.version == built.version), None),
         },
+        ripple=relation_table() if any(v.ripple for v in VERSIONS if v.version == built.version) else None,
     )
 
 
@@ -190,12 +195,15 @@ def folder_files(
     tail: Mapping[str, Any] | None = None,
     card_extra: str = "",
     card_source: str | None = None,
+    ripple: RelationTable | None = None,
 ) -> dict[str, str]:
     """The files of a dataset folder from its chains rows and alias map, ``version.json`` last: the derived
     configs, the card (``card_source``: where the rows come from, default the upstream repository;
     ``card_extra`` appended), the CHANGELOG of ``entries`` (the last one this version's), LICENSE and
     citation. ``version.json`` holds ``head`` (name, version, ...), the content hash, the configs
-    and the alias map, then ``tail``, then every file's size and sha256."""
+    and the alias map, then ``tail``, then every file's size and sha256. With ``ripple`` (a relation table)
+    the folder also holds the ``ripple`` config, outside the content hash: ``version.json`` records its rows'
+    sha256 and the table's under ``ripple``, so adding it leaves the content hash as it was."""
     configs: dict[str, list[dict[str, Any]]] = {
         "chains": [dict(r) for r in chains],
         "edits": edit_rows(chains),
@@ -205,11 +213,24 @@ def folder_files(
         _check_rows(version, config, configs[config])
     content = {"aliases": aliases, **configs}
     sha256 = sha256_text(canonical_json(content))
+    derived: dict[str, Any] = {}
+    if ripple is not None:
+        configs["ripple"] = ripple_rows(chains, aliases, ripple)
+        _check_rows(version, "ripple", configs["ripple"])
+        derived["ripple"] = ripple_record(configs["ripple"], ripple)
     findings = check_chains(configs["chains"]) + check_aliases(aliases, configs["chains"])
     files: dict[str, str] = {DATA_FILES[c]: jsonl_text(rows) for c, rows in configs.items()}
     files[ALIASES_FILE] = aliases_text(aliases)
     card = render_card(
-        version, summary, sha256, DATA_FILES, configs, aliases, findings, entries[-1], source=card_source
+        version,
+        summary,
+        sha256,
+        {c: DATA_FILES[c] for c in configs},
+        configs,
+        aliases,
+        findings,
+        entries[-1],
+        source=card_source,
     )
     files["README.md"] = card.rstrip("\n") + "\n\n" + card_extra if card_extra else card
     files["CHANGELOG.md"] = render_changelog(entries)
@@ -227,6 +248,7 @@ def folder_files(
         **head,
         "configs": {c: {"path": DATA_FILES[c], "split": "test", "rows": len(r)} for c, r in configs.items()},
         "aliases": {"path": ALIASES_FILE, "entities": len(aliases)},
+        **derived,
         **(tail or {}),
         "files": {
             path: {"size": len(text.encode("utf-8")), "sha256": sha256_text(text)}

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from knowgic.dataset.checks import Finding
-from knowgic.dataset.schemas import CONFIG_SCHEMAS, features_from_schema, field_docs, yaml_features
+from knowgic.dataset.schemas import ROW_SCHEMAS, features_from_schema, field_docs, yaml_features
 from knowgic.dataset.versions import version_sort_key, version_tag
 
 PRETTY_NAME = "KnowGIC"
@@ -38,6 +38,8 @@ CONFIG_BLURBS = {
     "chains": "one row per implication chain, with its edit request and broader context (the upstream shape)",
     "edits": "one row per distinct edit request, with all its chains and the union of their broader contexts",
     "facts": "one row per distinct atomic fact (subject, prompt, answer), with its questions and the answer's aliases",
+    "ripple": "one row per test query of an edit under one of RippleEdits' six criteria (LG, CI, CII, SA, PV, RS), "
+    "with its condition facts, target and aliases; built with `spec/relations.yaml`, outside the content hash",
 }
 
 
@@ -68,10 +70,10 @@ def metadata(configs: Mapping[str, str], rows: Mapping[str, Sequence[Mapping[str
         entry["data_files"] = [{"split": "test", "path": path}]
         config_list.append(entry)
         present = set().union(*(set(r) for r in rows[config])) if rows[config] else None
-        features = features_from_schema(CONFIG_SCHEMAS[config], present=present)
+        features = features_from_schema(ROW_SCHEMAS[config], present=present)
         info: dict[str, Any] = {
             "config_name": config,
-            "features": yaml_features(CONFIG_SCHEMAS[config], present),
+            "features": yaml_features(ROW_SCHEMAS[config], present),
         }
         # num_bytes as the Hub reports it: the size of the split's Arrow table.
         num_bytes = Dataset.from_list(list(rows[config]), features=features).data.nbytes
@@ -164,7 +166,7 @@ def render_card(
         "must be preserved, while a deep edit should cut the subject-tied first edge instead.\n"
     )
     parts.append("## Fields\n")
-    for config, schema in CONFIG_SCHEMAS.items():
+    for config, schema in ((c, ROW_SCHEMAS[c]) for c in configs):
         present = set().union(*(set(r) for r in rows[config])) if rows[config] else None
         docs = field_docs(schema, present=present)
         parts.append(f"### `{config}` (schema `spec/schemas/{schema}.schema.json`)\n")

@@ -6,6 +6,10 @@
 - ``facts``: one row per distinct atomic fact ``(subject, prompt, answer)`` of the chains and broader
   contexts, in order of first appearance, with every question that asks it, the answer's aliases, and
   ``n_gold``: the number of distinct answers the version lists for that ``(subject, prompt)``.
+- ``ripple``: RippleEdits' test queries of every edit (:mod:`knowgic.ripple.queries`) on the graph of the
+  version's facts, with ``spec/relations.yaml`` and the alias map; edits in ``edits`` order, each edit's
+  queries in criterion order. Outside the content hash (``version.json`` records its own, and the relation
+  table's).
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from knowgic.dataset.io import short_id
+from knowgic.dataset.io import canonical_json, clean_aliases, sha256_text, short_id
 from knowgic.records import EditRequest
+from knowgic.ripple.queries import Edit, Fact, Graph, edit_queries, query_row
+from knowgic.ripple.relations import RelationTable
 
 Row = Mapping[str, Any]
 BLOCK_KEYS = ("questions", "answers", "prompts", "subjects")
@@ -114,3 +120,28 @@ def fact_rows(chains: Sequence[Row], aliases: Mapping[str, Sequence[str]]) -> li
         fact["edit_ids"] = sorted(fact["edit_ids"])
         out.append(fact)
     return out
+
+
+def ripple_rows(
+    chains: Sequence[Row], aliases: Mapping[str, Sequence[str]], table: RelationTable
+) -> list[dict[str, Any]]:
+    """The ``ripple`` config: every edit's queries on the graph of the version's distinct facts."""
+    graph = Graph.of(
+        (Fact(f["subject"], f["prompt"], f["answer"]) for f in fact_rows(chains, aliases)), table
+    )
+    names = clean_aliases(aliases)
+    rows: list[dict[str, Any]] = []
+    for e in edit_rows(chains):
+        r = e["requested_rewrite"][0]
+        edit = Edit(e["edit_id"], r["subject"], r["prompt"], r["target_true"]["str"], r["target_new"]["str"])
+        rows.extend(query_row(edit.edit_id, q) for q in edit_queries(edit, graph, table, names))
+    return rows
+
+
+def ripple_record(rows: Sequence[Row], table: RelationTable) -> dict[str, Any]:
+    """What ``version.json`` records of the ``ripple`` config: the sha256 of its rows (canonical JSON, file
+    order) and the version and sha256 of the relation table it was built with."""
+    return {
+        "sha256": sha256_text(canonical_json(list(rows))),
+        "relations": {"version": table.version, "sha256": table.sha256},
+    }

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from knowgic.dataset.io import alias_lists, clean_aliases, read_json, read_rows
+from knowgic.dataset.schemas import ROW_SCHEMAS
 from knowgic.dataset.versions import (
     ALIASES_FILE,
-    CONFIGS,
     VERSION_FILE,
     config_path,
     content_sha256,
@@ -41,8 +41,8 @@ class DatasetFolder:
         return str(self.info["sha256"])
 
     def rows(self, config: str) -> list[dict[str, Any]]:
-        if config not in CONFIGS:
-            raise KnowgicError(f"unknown config {config!r}; known: {', '.join(CONFIGS)}")
+        if config not in ROW_SCHEMAS:
+            raise KnowgicError(f"unknown config {config!r}; known: {', '.join(ROW_SCHEMAS)}")
         return [dict(r) for r in read_rows(config_path(self.folder, self.info, config))]
 
     def aliases(self) -> dict[str, list[str]]:

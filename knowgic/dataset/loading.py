@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from knowgic.dataset.io import alias_lists, clean_aliases, read_json, read_rows
+from knowgic.dataset.schemas import ROW_SCHEMAS
 from knowgic.dataset.versions import (
     ALIASES_FILE,
     CONFIGS,
@@ -56,9 +57,9 @@ def dataset_ref(version: str | None = None, config: str = "chains") -> DatasetRe
 
 
 def load_rows(config: str = "chains", version: str | None = None) -> list[dict]:
-    """The raw rows of a config of a version, as stored."""
-    if config not in CONFIGS:
-        raise KnowgicError(f"unknown config {config!r}; known: {', '.join(CONFIGS)}")
+    """The raw rows of a config of a version, as stored (``ripple`` too, where the version has it)."""
+    if config not in ROW_SCHEMAS:
+        raise KnowgicError(f"unknown config {config!r}; known: {', '.join(ROW_SCHEMAS)}")
     folder = version_dir(version)
     rows = read_rows(config_path(folder, version_info(version), config))
     return [dict(r) for r in rows]

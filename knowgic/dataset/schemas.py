@@ -30,6 +30,12 @@ SCHEMA_BASE = "https://knowgic.org/schemas/"
 
 # Row schema of each dataset config.
 CONFIG_SCHEMAS: dict[str, str] = {"chains": "case", "edits": "edit", "facts": "fact"}
+"""The configs of a version's content hash."""
+DERIVED_CONFIG_SCHEMAS: dict[str, str] = {"ripple": "ripple"}
+"""Configs built from the hashed ones and a spec table, outside the content hash (``version.json`` records
+their own hash): adding one leaves a published version's hash as it was."""
+ROW_SCHEMAS: dict[str, str] = {**CONFIG_SCHEMAS, **DERIVED_CONFIG_SCHEMAS}
+"""Every config a version folder may hold, with its row schema."""
 
 
 def schemas_dir() -> Path:

@@ -21,7 +21,7 @@ from typing import Any
 
 from knowgic.clip import QUOTE_LIMIT, clip, clip_strings
 from knowgic.dataset.checks import Finding, check_aliases, check_chains
-from knowgic.dataset.derive import edit_id, edit_rows, fact_id, fact_rows
+from knowgic.dataset.derive import edit_id, edit_rows, fact_id, fact_rows, ripple_rows
 from knowgic.dataset.io import (
     ROW_SUFFIXES,
     UnreadableInput,
@@ -36,8 +36,9 @@ from knowgic.dataset.io import (
     read_text,
 )
 from knowgic.dataset.loading import dataset_label
-from knowgic.dataset.schemas import CONFIG_SCHEMAS, validator, yaml_features
+from knowgic.dataset.schemas import ROW_SCHEMAS, validator, yaml_features
 from knowgic.errors import EXIT_FAILED_CHECK, EXIT_OK, KnowgicError
+from knowgic.ripple.relations import relation_table
 from knowgic.schema_errors import explain, json_pointer, reportable, short
 from knowgic.yamlfile import YamlError, parse_yaml
 
@@ -142,7 +143,7 @@ def _bounded_finding(finding: Finding) -> dict[str, Any]:
 
 
 def _row_label(config: str, row: Any, index: int) -> str:
-    key = {"chains": "case_id", "edits": "edit_id", "facts": "fact_id"}.get(config, "")
+    key = {"chains": "case_id", "edits": "edit_id", "facts": "fact_id", "ripple": "query_id"}.get(config, "")
     if isinstance(row, dict):
         value = row.get(key)
         usable = isinstance(value, int) and not isinstance(value, bool) if config == "chains" else bool(value)
@@ -154,7 +155,7 @@ def _row_label(config: str, row: Any, index: int) -> str:
 
 def schema_errors(config: str, rows: Sequence[Any], file: str) -> tuple[list[SchemaError], list[int]]:
     """Every schema error of every row; returns them and the indices of the valid rows."""
-    v = validator(CONFIG_SCHEMAS[config])
+    v = validator(ROW_SCHEMAS[config])
     errors: list[SchemaError] = []
     valid: list[int] = []
     for index, row in enumerate(rows):
@@ -176,7 +177,7 @@ def schema_errors(config: str, rows: Sequence[Any], file: str) -> tuple[list[Sch
 
 
 def _duplicate_ids(config: str, rows: Sequence[Any], file: str) -> list[SchemaError]:
-    key = {"chains": "case_id", "edits": "edit_id", "facts": "fact_id"}[config]
+    key = {"chains": "case_id", "edits": "edit_id", "facts": "fact_id", "ripple": "query_id"}[config]
     seen: Counter[Any] = Counter(
         row[key] for row in rows if isinstance(row, dict) and isinstance(row.get(key), int | str)
     )
@@ -242,6 +243,11 @@ def _derived_findings(
     expected: dict[str, list[dict[str, Any]]] = {"edits": edit_rows(chains)}
     if aliases is not None:
         expected["facts"] = fact_rows(chains, aliases)
+    if aliases is not None and "ripple" in loaded:
+        try:
+            expected["ripple"] = ripple_rows(chains, aliases, relation_table())
+        except KnowgicError as exc:  # a template spec/relations.yaml does not declare
+            out.append(Finding("ripple_unbuildable", f"the ripple config cannot be rebuilt: {exc}", 1))
     for config, rows in expected.items():
         if config not in loaded:
             continue
@@ -516,10 +522,10 @@ def _check_card_features(
     wrong: list[str] = []
     for info in infos:
         config = info.get("config_name") if isinstance(info, dict) else None
-        if config not in CONFIG_SCHEMAS or not loaded.get(config):
+        if config not in ROW_SCHEMAS or not loaded.get(config):
             continue
         present = set().union(*(set(r) for r in loaded[config]))
-        if info.get("features") != yaml_features(CONFIG_SCHEMAS[config], present):
+        if info.get("features") != yaml_features(ROW_SCHEMAS[config], present):
             wrong.append(config)
     if not wrong:
         return []
@@ -544,7 +550,7 @@ def validate_folder(folder: Path, aliases_path: Path | None = None) -> Validatio
         report.errors.append(SchemaError("the card declares no `chains` config", str(folder / "README.md")))
     loaded: dict[str, list[Mapping[str, Any]]] = {}
     for config, paths in files.items():
-        if config not in CONFIG_SCHEMAS:
+        if config not in ROW_SCHEMAS:
             report.notes.append(f"config {config!r} is not a KnowGIC config: not validated")
             continue
         rows: list[Any] = []
@@ -577,8 +583,8 @@ def validate_path(
     path: Path, aliases_path: Path | None = None, config: str | None = None
 ) -> ValidationReport:
     """Validate a rows file, an alias map, or a dataset folder."""
-    if config is not None and config not in CONFIG_SCHEMAS:
-        raise KnowgicError(f"unknown config {config!r}; known: {', '.join(CONFIG_SCHEMAS)}")
+    if config is not None and config not in ROW_SCHEMAS:
+        raise KnowgicError(f"unknown config {config!r}; known: {', '.join(ROW_SCHEMAS)}")
     if not path.exists():
         raise KnowgicError(f"{path} does not exist")
     if aliases_path is not None and not aliases_path.is_file():

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from knowgic.dataset.io import canonical_json, path_inside, read_json, read_rows, sha256_text
-from knowgic.dataset.schemas import CONFIG_SCHEMAS
+from knowgic.dataset.schemas import CONFIG_SCHEMAS, ROW_SCHEMAS
 from knowgic.errors import KnowgicError
 from knowgic.paths import PACKAGE_DIR
 from knowgic.spec import benchmark_spec
@@ -39,6 +39,7 @@ HUB_DIR = PACKAGE_DIR / "dataset" / "hub"
 VERSION_FILE = "version.json"
 ALIASES_FILE = "aliases.json"
 CONFIGS = tuple(CONFIG_SCHEMAS)
+"""The configs of the content hash (a version may hold derived configs beyond them: ``ROW_SCHEMAS``)."""
 SPLIT = "test"
 MAIN_TRACK = "knowgic"
 """The track of the paper's edits, whose version keys are plain ``X.Y.Z``."""
@@ -203,8 +204,8 @@ def load_version_dataset(
     config: str = "chains", version: str | None = None, split: str = "test"
 ) -> datasets.Dataset:
     """``datasets.load_dataset`` on the version's folder: works offline, nothing is downloaded."""
-    if config not in CONFIGS:
-        raise KnowgicError(f"unknown config {config!r}; known: {', '.join(CONFIGS)}")
+    if config not in ROW_SCHEMAS:
+        raise KnowgicError(f"unknown config {config!r}; known: {', '.join(ROW_SCHEMAS)}")
     if split != SPLIT:
         raise KnowgicError(f"unknown split {split!r}; KnowGIC has one split, {SPLIT!r}")
     folder = version_dir(version)

@@ -1,0 +1,124 @@
+"""RippleEdits' queries of an edit on a hand-made five-fact graph, checked against queries written by hand."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from knowgic.errors import KnowgicError
+from knowgic.ripple.queries import CRITERIA, Edit, Fact, Graph, Query, edit_queries, query_row
+from knowgic.ripple.relations import relation_table
+
+SPOUSE, MOTHER_OF, CHILD_IS, CHILD_OF = (
+    "{} is the spouse of",
+    "{} is the mother of",
+    "{}'s child is",
+    "{} is the child of",
+)
+
+# The five facts the model knows.
+F1 = Fact("Hillary Clinton", SPOUSE, "Bill Clinton")  # about e, a relation not in D_child: RS
+F2 = Fact("Bill Clinton", SPOUSE, "Hillary Clinton")  # points at e: CII
+F3 = Fact("Hillary Clinton", MOTHER_OF, "Chelsea Clinton")  # the edit's old fact
+F4 = Fact("Hillary Clinton", MOTHER_OF, "Robin Rodham")  # another child of e: PV
+F5 = Fact("Alessandra Mussolini", SPOUSE, "Mauro Floriani")  # about o*: CI
+FACTS = [F1, F2, F3, F4, F5]
+ALIASES = {"Hillary Clinton": ("Hillary Rodham",), "Bill Clinton": ("William Jefferson Clinton",)}
+EDIT = Edit("e1", "Hillary Clinton", CHILD_IS, "Chelsea Clinton", "Alessandra Mussolini")
+
+
+def _graph() -> Graph:
+    return Graph.of(FACTS, relation_table())
+
+
+def test_each_criterion_of_the_five_fact_graph_by_hand() -> None:
+    expected = [
+        Query("LG", "inverse", "Alessandra Mussolini", ("parent",), CHILD_OF,
+              "Who is a parent of {}?", "Hillary Clinton", ("Hillary Rodham",), ()),
+        Query("CI", "compose_object", "Hillary Clinton", ("child", "spouse"), "The spouse of a child of {} is",
+              "Who is the spouse of a child of {}?", "Mauro Floriani", (), (F5,)),
+        Query("CII", "compose_subject", "Bill Clinton", ("spouse", "child"), "A child of the spouse of {} is",
+              "Who is a child of the spouse of {}?", "Alessandra Mussolini", (), (F2,)),
+        Query("SA", "alias", "Hillary Rodham", ("child",), CHILD_IS, "Who is a child of {}?",
+              "Alessandra Mussolini", (), (Fact("Hillary Rodham", CHILD_IS, "Chelsea Clinton"),)),
+        Query("PV", "preserve", "Hillary Clinton", ("child",), "A child of {} other than Alessandra Mussolini is",
+              "Who is a child of {} other than Alessandra Mussolini?", "Robin Rodham", (), (F4,)),
+        Query("RS", "unrelated_relation", "Hillary Clinton", ("spouse",), SPOUSE, "Who is the spouse of {}?",
+              "Bill Clinton", ("William Jefferson Clinton",), (F1,)),
+    ]  # fmt: skip
+    got = edit_queries(EDIT, _graph(), relation_table(), ALIASES)
+    assert got == expected
+    assert [q.criterion for q in got] == list(CRITERIA)
+
+
+def test_a_symmetric_edit_and_the_old_fact_read_backwards() -> None:
+    """Editing e's spouse: LG asks (o*, spouse, e); CII does not ask through (o, spouse, e), the very fact
+    the edit retracts; the child facts are RS (child is not in D_spouse)."""
+    edit = Edit("e2", "Hillary Clinton", SPOUSE, "Bill Clinton", "Donald Smith")
+    got = edit_queries(edit, _graph(), relation_table(), ALIASES)
+    lg = [q for q in got if q.criterion == "LG"]
+    assert lg == [
+        Query("LG", "symmetric", "Donald Smith", ("spouse",), SPOUSE, "Who is the spouse of {}?",
+              "Hillary Clinton", ("Hillary Rodham",), ()),
+    ]  # fmt: skip
+    assert [q for q in got if q.criterion in ("CI", "CII", "PV")] == []  # spouse is functional: no PV
+    assert [(q.target, q.prompt) for q in got if q.criterion == "RS"] == [
+        ("Chelsea Clinton", MOTHER_OF),
+        ("Robin Rodham", MOTHER_OF),
+    ]
+
+
+def test_transitive_relation_both_ways() -> None:
+    """located_in: (e, r, o*) and (o*, r, z) give (e, r, z); (x, r, e) and (e, r, o*) give (x, r, o*)."""
+    facts = [
+        Fact("Springfield", "{} is located in", "Illinois"),
+        Fact("Ohio", "{} is in the country", "USA"),
+        Fact("Oak Street", "{} is situated in", "Springfield"),
+    ]
+    edit = Edit("e3", "Springfield", "{} is located in", "Illinois", "Ohio")
+    got = edit_queries(edit, Graph.of(facts, relation_table()), relation_table(), {})
+    assert [(q.rule, q.subject, q.prompt, q.target, q.conditions) for q in got if q.criterion == "LG"] == [
+        ("transitive", "Springfield", "{} is located in", "USA", (facts[1],)),
+        ("transitive", "Oak Street", "{} is situated in", "Ohio", (facts[2],)),
+    ]
+
+
+def test_a_query_row_carries_its_conditions() -> None:
+    cii = next(q for q in edit_queries(EDIT, _graph(), relation_table(), ALIASES) if q.criterion == "CII")
+    row = query_row("e1", cii)
+    assert row["conditions"] == [{"subject": "Bill Clinton", "prompt": SPOUSE, "answer": "Hillary Clinton"}]
+    assert len(row["query_id"]) == 12 and row["prompt"].format(row["subject"]).startswith(
+        "A child of the spouse"
+    )
+
+
+def test_an_undeclared_template_is_named() -> None:
+    with pytest.raises(KnowgicError, match=re.escape("'{} is the nephew of'")):
+        Graph.of([*FACTS, Fact("a", "{} is the nephew of", "b")], relation_table())
+    with pytest.raises(KnowgicError, match="edit e4: no relation"):
+        edit_queries(Edit("e4", "a", "{} is the nephew of", "b", "c"), _graph(), relation_table(), {})
+
+
+def test_the_ripple_config_of_1_1_0_loads_and_is_what_the_table_builds() -> None:
+    """``load_dataset(folder, "ripple")`` loads it; its rows are those the relation table builds from the
+    version's own rows; the content hash stays the published chains' (the config is outside it)."""
+    import datasets
+
+    from knowgic.dataset.derive import ripple_record, ripple_rows
+    from knowgic.dataset.io import alias_lists, read_json
+    from knowgic.dataset.loading import load_rows
+    from knowgic.dataset.versions import content_sha256, version_dir, version_info
+
+    folder = version_dir("1.1.0")
+    ds = datasets.load_dataset(str(folder), "ripple", split="test")
+    rows = load_rows("ripple", "1.1.0")
+    built = ripple_rows(
+        load_rows("chains", "1.1.0"), alias_lists(read_json(folder / "aliases.json")), relation_table()
+    )
+    assert len(ds) == len(rows) == version_info("1.1.0")["configs"]["ripple"]["rows"] and rows == built
+    assert version_info("1.1.0")["ripple"] == ripple_record(rows, relation_table())
+    assert content_sha256(folder) == version_info("1.1.0")["sha256"]
+    assert {r["criterion"] for r in rows} == set(CRITERIA)
+    edits = {r["edit_id"] for r in load_rows("edits", "1.1.0")}
+    assert {r["edit_id"] for r in rows} <= edits
