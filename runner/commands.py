@@ -128,6 +128,9 @@ def _submit(args: argparse.Namespace) -> int:
     policy = submit_policy(args)
     submitter = identify(policy, token=os.environ.get(SUBMITTER_TOKEN_ENV))  # before the upload is read
     store = _store(args)
+    from knowgic.runner.queue.queue import check_queue_url
+
+    check_queue_url(_queue_url(args, store))  # a mistyped --db fails before the upload is read
     submission, jobs = submit(
         args.path,
         store,

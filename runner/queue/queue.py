@@ -172,13 +172,18 @@ def job_id_for(submission_name: str, submission_version: str, key: dict[str, Any
     return f"{submission_name}-{submission_version}-{digest}"
 
 
-def _engine_for(url: str) -> Engine:
+def check_queue_url(url: str) -> Any:
+    """``url`` parsed as a database URL, touching nothing; one line when it is none."""
     try:
-        parsed = sa.engine.make_url(url)
+        return sa.engine.make_url(url)
     except sa.exc.ArgumentError:
         raise QueueError(
             f"queue URL {url!r} is not a database URL (sqlite:///PATH or postgresql+psycopg://...)"
         ) from None
+
+
+def _engine_for(url: str) -> Engine:
+    parsed = check_queue_url(url)
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database
         if database and database != ":memory:":
