@@ -263,7 +263,7 @@ def test_card_metadata() -> None:
         assert meta["language"] == ["en"] and meta["size_categories"] == ["1K<n<10K"]
         assert "question-answering" in meta["task_categories"]
         configs = {c["config_name"]: c for c in meta["configs"]}
-        extra = {"ripple"} if version == "1.1.0" else set()  # 1.0.0 stays as published
+        extra = {"ripple"} if version != "1.0.0" else set()  # 1.0.0 stays as published
         assert (
             set(configs) == {"chains", "edits", "facts"} | extra and configs["chains"].get("default") is True
         )

@@ -100,7 +100,8 @@ def test_an_undeclared_template_is_named() -> None:
         edit_queries(Edit("e4", "a", "{} is the nephew of", "b", "c"), _graph(), relation_table(), {})
 
 
-def test_the_ripple_config_of_1_1_0_loads_and_is_what_the_table_builds() -> None:
+@pytest.mark.parametrize("version", ["1.1.0", "growth-1.0.0"])
+def test_a_shipped_ripple_config_loads_and_is_what_the_table_builds(version: str) -> None:
     """``load_dataset(folder, "ripple")`` loads it; its rows are those the relation table builds from the
     version's own rows; the content hash stays the published chains' (the config is outside it)."""
     import datasets
@@ -110,15 +111,35 @@ def test_the_ripple_config_of_1_1_0_loads_and_is_what_the_table_builds() -> None
     from knowgic.dataset.loading import load_rows
     from knowgic.dataset.versions import content_sha256, version_dir, version_info
 
-    folder = version_dir("1.1.0")
+    folder = version_dir(version)
     ds = datasets.load_dataset(str(folder), "ripple", split="test")
-    rows = load_rows("ripple", "1.1.0")
+    rows = load_rows("ripple", version)
     built = ripple_rows(
-        load_rows("chains", "1.1.0"), alias_lists(read_json(folder / "aliases.json")), relation_table()
+        load_rows("chains", version), alias_lists(read_json(folder / "aliases.json")), relation_table()
     )
-    assert len(ds) == len(rows) == version_info("1.1.0")["configs"]["ripple"]["rows"] and rows == built
-    assert version_info("1.1.0")["ripple"] == ripple_record(rows, relation_table())
-    assert content_sha256(folder) == version_info("1.1.0")["sha256"]
+    assert len(ds) == len(rows) == version_info(version)["configs"]["ripple"]["rows"] and rows == built
+    assert version_info(version)["ripple"] == ripple_record(rows, relation_table())
+    assert content_sha256(folder) == version_info(version)["sha256"]
     assert {r["criterion"] for r in rows} == set(CRITERIA)
-    edits = {r["edit_id"] for r in load_rows("edits", "1.1.0")}
+    edits = {r["edit_id"] for r in load_rows("edits", version)}
     assert {r["edit_id"] for r in rows} <= edits
+
+
+def test_the_growth_track_has_50_queries_per_criterion() -> None:
+    """The growth track (161 edits) has at least 50 queries of each criterion before the conditions are
+    checked on a model (docs/metrics.md gives the counts)."""
+    from collections import Counter
+
+    from knowgic.dataset.loading import load_rows
+
+    counts = Counter(r["criterion"] for r in load_rows("ripple", "growth-1.0.0"))
+    assert min(counts[c] for c in CRITERIA) >= 50, counts
+
+
+def test_a_track_version_made_again_from_its_own_rows_is_the_shipped_one() -> None:
+    """``python -m knowgic.dataset.tracks`` rewrites nothing when the shipped track folders are current."""
+    from knowgic.dataset.tracks import rebuilt_public_files, track_folders
+
+    for folder in track_folders():
+        for path, text in rebuilt_public_files(folder).items():
+            assert (folder / path).read_text(encoding="utf-8") == text, f"{folder.name}/{path}"

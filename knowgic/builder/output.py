@@ -2,8 +2,11 @@
 
     edits with chains --rows (case_id, requested_rewrite, chain, broader_context, edit_id, flags)-->
     data/{chains,edits,facts}-test.jsonl + aliases.json + README.md (card) + CHANGELOG.md + version.json
+    + data/ripple-test.jsonl (RippleEdits' queries with spec/relations.yaml, outside the content hash)
     + build/build.json (model, revision, prompts, seeds, review, counts)
     + build/provenance.jsonl (per fact: prompt, model output, sentence, extraction, validation, decision)
+    + build/relations-proposed.yaml (only when spec/relations.yaml lacks a template: the relations proposed
+      for them, with default semantics, for review to accept into the table)
 
 The folder is written next to its final place and renamed over it, so a reader never sees half of one.
 """
@@ -20,17 +23,19 @@ from typing import Any
 from knowgic.dataset.build import DATA_FILES
 from knowgic.dataset.card import CITATION, ChangelogEntry, render_card, render_changelog
 from knowgic.dataset.checks import check_aliases, check_chains, row_flags
-from knowgic.dataset.derive import edit_rows, fact_rows
+from knowgic.dataset.derive import edit_rows, fact_rows, ripple_config
 from knowgic.dataset.io import aliases_text, atomic_write_text, canonical_json, jsonl_text, sha256_text
-from knowgic.dataset.schemas import CONFIG_SCHEMAS, validator
+from knowgic.dataset.schemas import ROW_SCHEMAS, validator
 from knowgic.dataset.versions import ALIASES_FILE, VERSION_FILE
 from knowgic.errors import KnowgicError
 from knowgic.records import EditRequest
+from knowgic.ripple.relations import proposals_text, relation_table
 from knowgic.schema_errors import first_error_line
 
 BUILD_RECORD = "build/build.json"
 PROVENANCE = "build/provenance.jsonl"
 CHAIN_QUESTIONS = "build/chain_questions.jsonl"
+RELATIONS_PROPOSED = "build/relations-proposed.yaml"
 
 
 def _block(facts: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
@@ -65,7 +70,7 @@ def chain_rows(graph_out: Mapping[str, Any], facts: Mapping[str, Mapping[str, An
 
 
 def _check(config: str, rows: Sequence[Mapping[str, Any]]) -> None:
-    v = validator(CONFIG_SCHEMAS[config])
+    v = validator(ROW_SCHEMAS[config])
     for i, row in enumerate(rows):
         problem = first_error_line(v.iter_errors(row))
         if problem is not None:
@@ -128,6 +133,10 @@ def version_files(
     used = {f["answer"] for f in configs["facts"]} | {f["subject"] for f in configs["facts"]}
     aliases = {k: list(v) for k, v in sorted(aliases.items()) if k in used}
     sha256 = sha256_text(canonical_json({"aliases": aliases, **configs}))
+    # derived from the hashed configs, outside the hash; a template the table lacks gets a proposed relation
+    ripple = ripple_config(rows, aliases, relation_table())
+    configs["ripple"] = ripple.rows
+    _check("ripple", ripple.rows)
     findings = check_chains(rows) + check_aliases(aliases, rows)
     summary = (
         f"A model-specific KnowGIC graph: {len(configs['edits'])} edits, {len(rows)} chains over "
@@ -136,7 +145,9 @@ def version_files(
     entry = ChangelogEntry(version, summary, (f"Built by `knowgic build` ({record['build_key'][:12]}).",))
     files = {DATA_FILES[c]: jsonl_text(r) for c, r in configs.items()}
     files[ALIASES_FILE] = aliases_text(aliases) if aliases else "{}\n"
-    card = render_card(version, summary, sha256, DATA_FILES, configs, aliases, findings, entry)
+    card = render_card(
+        version, summary, sha256, {c: DATA_FILES[c] for c in configs}, configs, aliases, findings, entry
+    )
     files["README.md"] = card.rstrip("\n") + "\n\n" + _build_section(record)
     files["CHANGELOG.md"] = render_changelog([entry])
     if license_text:
@@ -146,6 +157,8 @@ def version_files(
     files[PROVENANCE] = jsonl_text(provenance)
     if chain_questions:
         files[CHAIN_QUESTIONS] = jsonl_text(chain_questions)
+    if ripple.proposals:
+        files[RELATIONS_PROPOSED] = proposals_text(ripple.table, ripple.proposals)
     info = {
         "name": name,
         "version": version,
@@ -158,6 +171,7 @@ def version_files(
         "based_on": record["seeds"].get("version"),
         "configs": {c: {"path": DATA_FILES[c], "split": "test", "rows": len(r)} for c, r in configs.items()},
         "aliases": {"path": ALIASES_FILE, "entities": len(aliases)},
+        "ripple": ripple.record,
         "files": {
             path: {"size": len(text.encode("utf-8")), "sha256": sha256_text(text)}
             for path, text in sorted(files.items())

@@ -9,19 +9,21 @@
 - ``ripple``: RippleEdits' test queries of every edit (:mod:`knowgic.ripple.queries`) on the graph of the
   version's facts, with ``spec/relations.yaml`` and the alias map; edits in ``edits`` order, each edit's
   queries in criterion order. Outside the content hash (``version.json`` records its own, and the relation
-  table's).
+  table's). A shipped version's templates must all be declared (:func:`ripple_rows`); a builder output's
+  are completed by proposed relations (:func:`ripple_config`), which its ``version.json`` names.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from knowgic.dataset.io import canonical_json, clean_aliases, sha256_text, short_id
 from knowgic.records import EditRequest
 from knowgic.ripple.queries import Edit, Fact, Graph, edit_queries, query_row
-from knowgic.ripple.relations import RelationTable
+from knowgic.ripple.relations import RelationTable, with_proposals
 
 Row = Mapping[str, Any]
 BLOCK_KEYS = ("questions", "answers", "prompts", "subjects")
@@ -140,8 +142,45 @@ def ripple_rows(
 
 def ripple_record(rows: Sequence[Row], table: RelationTable) -> dict[str, Any]:
     """What ``version.json`` records of the ``ripple`` config: the sha256 of its rows (canonical JSON, file
-    order) and the version and sha256 of the relation table it was built with."""
-    return {
+    order) and the version and sha256 of the relation table it was built with (with the names of the
+    relations proposed for it, if any)."""
+    record: dict[str, Any] = {
         "sha256": sha256_text(canonical_json(list(rows))),
         "relations": {"version": table.version, "sha256": table.sha256},
     }
+    proposed = sorted(r.name for r in table.relations.values() if r.proposed)
+    if proposed:
+        record["relations"]["proposed"] = proposed
+    return record
+
+
+def chain_templates(chains: Sequence[Row]) -> set[str]:
+    """Every template the chains use: their steps', broader contexts' and edit requests'."""
+    out: set[str] = set()
+    for row in chains:
+        out.update(row["chain"]["prompts"], row["broader_context"]["prompts"])
+        out.update(r["prompt"] for r in row["requested_rewrite"])
+    return out
+
+
+@dataclass(frozen=True)
+class RippleConfig:
+    """A version's ``ripple`` rows, the relation table they were built with (``table`` plus ``proposals``:
+    one proposed relation per template it lacks) and what ``version.json`` records of them."""
+
+    rows: list[dict[str, Any]]
+    table: RelationTable
+    proposals: dict[str, Any]
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return ripple_record(self.rows, self.table)
+
+
+def ripple_config(
+    chains: Sequence[Row], aliases: Mapping[str, Sequence[str]], table: RelationTable
+) -> RippleConfig:
+    """The ``ripple`` config of a builder output: a template ``table`` lacks gets a proposed relation
+    (:func:`knowgic.ripple.relations.with_proposals`) instead of failing the build."""
+    extended, proposals = with_proposals(table, chain_templates(chains))
+    return RippleConfig(ripple_rows(chains, aliases, extended), extended, proposals)

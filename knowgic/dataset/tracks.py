@@ -3,6 +3,8 @@ reserved part kept for a private split.
 
     knowgic dataset track --from BUILD --track growth --version 1.0.0 --reserved-out DIR
                           [--reserve-share 0.2] [--seed 0]
+    python -m knowgic.dataset.tracks     (every shipped track version made again from its own rows: the
+                                          derived configs, ripple included, follow the spec; the hash stays)
 
     BUILD (a knowgic build output folder; its content hash is checked)
       --families: connected components of the fact graph, every edited fact, chain step and broader-context
@@ -348,25 +350,10 @@ def track_card(key: str, source: Mapping[str, Any], track: Mapping[str, Any], ov
     )
 
 
-def track_files(
-    key: str, split: TrackSplit, info: Mapping[str, Any], record: Mapping[str, Any]
-) -> tuple[dict[str, str], dict[str, str]]:
-    """The files of the public version folder and of the reserved part's folder."""
-    from knowgic.dataset.build import folder_files
-
+def _texts(key: str, track: Mapping[str, Any], source: Mapping[str, Any]) -> tuple[str, str, ChangelogEntry]:
+    """The summary, the card's source paragraph and the changelog entry of a track's public version."""
     track_name, _ = parse_version_key(key)
-    based_on = info.get("based_on")
-    source = _build_source(info, record)
     model = (source.get("model") or {}).get("id", "?")
-    track = {
-        "name": track_name,
-        "based_on": based_on,
-        "reserve": {"unit": "family", "rule": RULE, "share": split.share, "seed": split.seed},
-        "parts": {
-            "public": split.public.counts(),
-            "reserved": {**split.reserved.counts(name_largest=False), "sha256": split.reserved.sha256()},
-        },
-    }
     pub, res = track["parts"]["public"], track["parts"]["reserved"]
     summary = (
         f"The `{track_name}` track of KnowGIC: the graph `knowgic build` grew for `{model}`, {pub['edits']} "
@@ -388,19 +375,60 @@ def track_files(
             "families published.",
         ),
     )
-    head = {"name": "knowgic", "version": key, "source": source, "based_on": based_on}
-    overlap = len(split.public.facts & _base_facts(based_on))
-    public = folder_files(
+    return summary, card_source, entry
+
+
+def public_files(
+    key: str,
+    rows: Sequence[Row],
+    aliases: Mapping[str, Sequence[str]],
+    source: Mapping[str, Any],
+    track: Mapping[str, Any],
+) -> dict[str, str]:
+    """The files of a track's public version folder from its rows and alias map, its build ``source`` and
+    ``track`` record; with the ``ripple`` config (``spec/relations.yaml``), outside the content hash."""
+    from knowgic.dataset.build import folder_files
+    from knowgic.ripple.relations import relation_table
+
+    based_on = track["based_on"]
+    summary, card_source, entry = _texts(key, track, source)
+    head = {"name": "knowgic", "version": key, "source": dict(source), "based_on": based_on}
+    facts = set().union(*(row_facts(r) for r in rows)) if rows else set()
+    overlap = len(facts & _base_facts(based_on))
+    return folder_files(
         key,
         summary,
-        split.public.rows,
-        split.public.aliases,
+        rows,
+        {k: list(v) for k, v in aliases.items()},
         [entry],
         head=head,
-        tail={"track": track},
+        tail={"track": dict(track)},
         card_extra=track_card(key, source, track, overlap),
         card_source=card_source,
+        ripple=relation_table(),
     )
+
+
+def track_files(
+    key: str, split: TrackSplit, info: Mapping[str, Any], record: Mapping[str, Any]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The files of the public version folder and of the reserved part's folder."""
+    from knowgic.dataset.build import folder_files
+
+    track_name, _ = parse_version_key(key)
+    source = _build_source(info, record)
+    track = {
+        "name": track_name,
+        "based_on": info.get("based_on"),
+        "reserve": {"unit": "family", "rule": RULE, "share": split.share, "seed": split.seed},
+        "parts": {
+            "public": split.public.counts(),
+            "reserved": {**split.reserved.counts(name_largest=False), "sha256": split.reserved.sha256()},
+        },
+    }
+    public = public_files(key, split.public.rows, split.public.aliases, source, track)
+    _, card_source, entry = _texts(key, track, source)
+    res = track["parts"]["reserved"]
     reserved_summary = (
         f"The reserved part of KnowGIC {key}: {res['edits']} edits and {res['chains']} chains of the families "
         "reserved for a private split. Never publish it: keep it where submitted code never runs."
@@ -411,11 +439,28 @@ def track_files(
         split.reserved.rows,
         split.reserved.aliases,
         [ChangelogEntry(key, reserved_summary, entry.lines)],
-        head={**head, "name": RESERVED_NAME},
+        head={"name": RESERVED_NAME, "version": key, "source": source, "based_on": info.get("based_on")},
         tail={"track": track},
         card_source=card_source,
     )
     return public, reserved
+
+
+def rebuilt_public_files(folder: Path) -> dict[str, str]:
+    """A shipped track version's files made again from its own rows, alias map and ``version.json`` (its
+    build is not shipped): what :func:`public_files` writes now, the ``ripple`` config included. Refuses,
+    naming the folder, when the content hash would change."""
+    from knowgic.dataset.io import alias_lists, read_rows
+
+    info = read_json(folder / VERSION_FILE)
+    rows = [dict(r) for r in read_rows(folder / info["configs"]["chains"]["path"])]
+    aliases = alias_lists(read_json(folder / info["aliases"]["path"]))
+    files = public_files(info["version"], rows, aliases, info["source"], info["track"])
+    if json.loads(files[VERSION_FILE])["sha256"] != info["sha256"]:
+        raise KnowgicError(
+            f"{folder}: rebuilding the track version from its own rows changes its content hash"
+        )
+    return files
 
 
 def spec_file() -> Path:
@@ -465,3 +510,51 @@ def write_track(
     write_version(hub_dir / key, public)
     update_spec(spec_path, {key: json.loads(public[VERSION_FILE])})
     return key, hub_dir / key, out, split
+
+
+def track_folders(hub_dir: Path = HUB_DIR) -> list[Path]:
+    """The shipped versions of tracks other than the main one."""
+    from knowgic.dataset.versions import version_sort_key
+
+    return sorted(
+        (
+            d
+            for d in hub_dir.iterdir()
+            if (d / VERSION_FILE).is_file() and parse_version_key(d.name)[0] != MAIN_TRACK
+        ),
+        key=lambda d: version_sort_key(d.name),
+    )
+
+
+def rebuild_tracks(hub_dir: Path = HUB_DIR, spec_path: Path | None = None) -> dict[str, list[str]]:
+    """Make every shipped track version again from its own rows (:func:`rebuilt_public_files`) and record it
+    in the spec; returns the changed files per version."""
+    from knowgic.dataset.build import update_spec, write_version
+
+    changed: dict[str, list[str]] = {}
+    records: dict[str, dict[str, Any]] = {}
+    for folder in track_folders(hub_dir):
+        files = rebuilt_public_files(folder)
+        records[folder.name] = json.loads(files[VERSION_FILE])
+        changed[folder.name] = write_version(folder, files)
+    spec = spec_path or spec_file()
+    if records and update_spec(spec, records):
+        changed["spec"] = [str(spec)]
+    return changed
+
+
+def main() -> int:
+    import sys
+
+    try:
+        changed = rebuild_tracks()
+    except KnowgicError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    for version, paths in changed.items():
+        print(f"{version}: " + (", ".join(paths) if paths else "unchanged"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -21,7 +21,7 @@ from typing import Any
 
 from knowgic.clip import QUOTE_LIMIT, clip, clip_strings
 from knowgic.dataset.checks import Finding, check_aliases, check_chains
-from knowgic.dataset.derive import edit_id, edit_rows, fact_id, fact_rows, ripple_rows
+from knowgic.dataset.derive import edit_id, edit_rows, fact_id, fact_rows, ripple_config
 from knowgic.dataset.io import (
     ROW_SUFFIXES,
     UnreadableInput,
@@ -245,8 +245,9 @@ def _derived_findings(
         expected["facts"] = fact_rows(chains, aliases)
     if aliases is not None and "ripple" in loaded:
         try:
-            expected["ripple"] = ripple_rows(chains, aliases, relation_table())
-        except KnowgicError as exc:  # a template spec/relations.yaml does not declare
+            # a template spec/relations.yaml lacks is rebuilt with the proposal the builder made for it
+            expected["ripple"] = ripple_config(chains, aliases, relation_table()).rows
+        except KnowgicError as exc:
             out.append(Finding("ripple_unbuildable", f"the ripple config cannot be rebuilt: {exc}", 1))
     for config, rows in expected.items():
         if config not in loaded:

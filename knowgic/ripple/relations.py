@@ -9,16 +9,21 @@
               .relations[name]          Relation: templates, noun phrase, cardinality, logic, D_r
               .of_template(template)    the relation a dataset template phrases (None: undeclared)
               .phrasing                 how a noun phrase becomes a cloze, a question, Preservation's cloze
+    RelationTable + templates it lacks ──with_proposals──> the table extended by a proposed entry per
+        template (PROPOSED_DEFAULTS: one-to-many, no logic, empty D_r, marked ``proposed: true``) + the
+        proposals, written by :func:`proposals_text` for review to accept into spec/relations.yaml
 
 :func:`relation_table` is the shipped table, read once on first use; :func:`read_relations` reads another.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -31,6 +36,10 @@ from knowgic.schema_errors import first_error_line
 from knowgic.yamlfile import read_yaml
 
 CARDINALITIES = ("functional", "one-to-many")
+PROPOSED_DEFAULTS: dict[str, Any] = {"answers": "thing", "cardinality": "one-to-many", "dependents": []}
+"""The semantics a proposed relation gets until review declares its own: several objects per subject (so
+Preservation asks about the others), no logic (no LG query), and an empty D_r (every other relation of the
+subject is tested by Relation Specificity)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,7 @@ class Relation:
     inverse: str | None
     transitive: bool
     dependents: frozenset[str]
+    proposed: bool = False
 
     @property
     def template(self) -> str:
@@ -78,6 +88,8 @@ class RelationTable:
     phrasing: Phrasing
     relations: dict[str, Relation]
     by_template: dict[str, Relation]
+    data: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    """The table as read (what its sha256 is of)."""
 
     def of_template(self, template: str) -> Relation | None:
         """The relation ``template`` phrases; None when no relation declares it."""
@@ -128,7 +140,10 @@ def read_relations(path: Path | None = None) -> RelationTable:
 
     Raises :class:`KnowgicError` with one line naming the file, the field and the problem."""
     path = path or relations_file()
-    data = read_yaml(path, "the relation table")
+    return _table_of(path, read_yaml(path, "the relation table"))
+
+
+def _table_of(path: Path, data: Any) -> RelationTable:
     problem = _schema_problem(data)
     if problem is not None:
         raise KnowgicError(f"{path}: {problem}")
@@ -144,6 +159,7 @@ def read_relations(path: Path | None = None) -> RelationTable:
             inverse=entry.get("inverse"),
             transitive=bool(entry.get("transitive", False)),
             dependents=frozenset(entry["dependents"]),
+            proposed=bool(entry.get("proposed", False)),
         )
         for name, entry in data["relations"].items()
     }
@@ -159,7 +175,65 @@ def read_relations(path: Path | None = None) -> RelationTable:
         phrasing=Phrasing(phrasing["prompt"], dict(phrasing["question"]), phrasing["other_than"]),
         relations=relations,
         by_template={t: r for r in relations.values() for t in r.templates},
+        data=data,
     )
+
+
+def _proposed_name(template: str, taken: set[str]) -> str:
+    """A relation name from the template's words ("{} was knighted by" -> "was_knighted_by"), unique."""
+    words = re.findall(r"[a-z0-9]+", template.replace("{}", " ").lower())
+    base = "_".join(words) or "relation"
+    base = base if base[0].isalpha() else f"r_{base}"
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}_{n}", n + 1
+    return name
+
+
+def _proposed_noun_phrase(template: str) -> str:
+    """The object as a noun phrase: a cloze "The X of {} is" gives "the X of {}"; any other, "what <cloze>"
+    ("what {} was knighted by")."""
+    head = template.strip()
+    if re.match(r"(?i)^the\b", head) and re.search(r"\s(is|are)$", head):
+        return "t" + re.sub(r"\s(is|are)$", "", head)[1:]
+    return f"what {head}"
+
+
+def with_proposals(table: RelationTable, templates: Iterable[str]) -> tuple[RelationTable, dict[str, Any]]:
+    """``table`` extended by one proposed relation per template of ``templates`` it lacks
+    (:data:`PROPOSED_DEFAULTS`, ``proposed: true``), and those entries by name. ``table`` itself when it
+    lacks none; the extended table's sha256 is of the extended data."""
+    missing = table.undeclared(templates)
+    if not missing:
+        return table, {}
+    taken = set(table.relations)
+    proposals: dict[str, Any] = {}
+    for template in missing:
+        name = _proposed_name(template, taken)
+        taken.add(name)
+        proposals[name] = {
+            "meaning": f"the object answers the cloze {template!r} (proposed: kind unknown)",
+            "templates": [template],
+            "noun_phrase": _proposed_noun_phrase(template),
+            **copy.deepcopy(PROPOSED_DEFAULTS),
+            "proposed": True,
+        }
+    data = {**table.data, "relations": {**table.data["relations"], **proposals}}
+    return _table_of(table.path, data), proposals
+
+
+def proposals_text(table: RelationTable, proposals: Mapping[str, Any]) -> str:
+    """The proposed entries as a relation table of their own (``relations.schema.json``), for review."""
+    import yaml
+
+    header = (
+        "# Relations proposed by knowgic build for templates spec/relations.yaml lacks, with default\n"
+        "# semantics (one-to-many, no logic, empty D_r); this build's ripple queries use them. To accept one,\n"
+        "# set its cardinality, logic, dependents, answers and noun phrase, drop `proposed`, and add it to\n"
+        "# spec/relations.yaml.\n"
+    )
+    body = {"version": table.version, "phrasing": table.data["phrasing"], "relations": dict(proposals)}
+    return header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=110)
 
 
 @cache
