@@ -73,7 +73,7 @@ def test_dry_run_prints_every_file_with_size_and_hash_and_the_tag(
     assert no_network == []
     folder = version_dir(version)
     files = sorted(p for p in folder.rglob("*") if p.is_file())
-    assert len(files) == 9
+    assert folder / "version.json" in files and folder / "data" / "chains-test.jsonl" in files
     for path in files:
         rel = path.relative_to(folder).as_posix()
         line = next(line for line in out.splitlines() if line.strip().startswith(rel + " "))
