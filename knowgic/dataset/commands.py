@@ -88,8 +88,9 @@ def _cmd_holdout(args: argparse.Namespace) -> int:
                 f"data, e.g. {draw.first_problem}"
             )
     split = read_private_split(out)
-    print(f"{split.describe()}, sha256 {split.ref.sha256}")
-    print("mount it into the score stage only: knowgic runner worker --private-dataset " + str(out))
+    print(split.describe())
+    print(f"content sha256 {split.ref.sha256}")
+    print("keep it where submitted code never runs: knowgic runner worker --private-dataset " + str(out))
     return 0
 
 
