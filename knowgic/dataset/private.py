@@ -5,11 +5,11 @@ unlearn their facts after its edit. Chains of the *published edits* do not prote
 the same graphs, so a method that learned the published chains carries over to them). A private split that
 protects a ranking holds **new edit requests whose chains, broader context and edited facts share no fact
 (no subject, relation and object) with any published version, and no edit subject with any published
-entity**. Their requests reach the untrusted edit stage like the public ones (requests only); their chains
-are mounted into the trusted score stage only.
+entity**. The split is mounted into the trusted stages only: the prepare stage hands its edit requests to the
+untrusted edit stage as a second group (requests only, like the public ones), the score stage its chains.
 
     knowgic build --model M --seeds PRIVATE_SEEDS ... --out BUILD    (facts the model knows)
-    knowgic dataset holdout --from BUILD --out DIR
+    knowgic dataset holdout --from BUILD --out DIR [--max-edits N]
         BUILD's chains rows ──drop every row sharing a fact or an edit subject with a shipped version──>
         at least MIN_PRIVATE_EDITS edits left, else one line saying no private split can be drawn
         ──> DIR (kind "disjoint", the model it was built for, the versions it was checked against)
