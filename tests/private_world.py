@@ -33,7 +33,6 @@ manifest's ``hparams`` by the hub id). The session fixtures ``unpublished_hf_hom
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import os
@@ -41,7 +40,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +52,12 @@ from knowgic.models.tiny import (
     load_training_facts,
     recipe_hash,
 )
+from knowgic.models.tiny.build import build_lock
 from knowgic.models.tiny.facts import FactRecord
 from knowgic.paths import cache_dir
 
-WORLD_DIR = Path(__file__).resolve().parent / "data" / "private_world"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+WORLD_DIR = REPO_ROOT / "tests" / "data" / "private_world"
 SEEDS = WORLD_DIR / "seeds.csv"
 TEMPLATES = WORLD_DIR / "templates.yaml"
 WORLD_VERSION = "private-world"
@@ -141,7 +142,7 @@ def model_folder(recipe: Any = RECIPE, progress: bool = False) -> Path:
     if is_complete(final, digest):
         return final
     root.mkdir(parents=True, exist_ok=True)
-    with _lock(root / f".{final.name}.lock"):
+    with build_lock(root / f".{final.name}.lock"):
         if is_complete(final, digest):
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.build-", dir=root))
@@ -153,18 +154,6 @@ def model_folder(recipe: Any = RECIPE, progress: bool = False) -> Path:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return final
-
-
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    import fcntl
-
-    with open(path, "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def snapshot_commit(folder: Path) -> str:
@@ -234,10 +223,13 @@ def hparams_file(method: str) -> Path:
 
 
 def build_command(model: str, out: Path, build_dir: Path, *extra: str) -> list[str]:
-    """``knowgic build`` of the world's seeds: docs/builder.md's small recipe (``--edits all --no-expand``)."""
+    """``knowgic build`` of the world's seeds: docs/builder.md's small recipe (``--edits all --no-expand``),
+    run from the repository's root (:data:`REPO_ROOT`), which its seed paths are relative to: the build's
+    record then names them as they are in any checkout."""
+    seeds, templates = (str(p.relative_to(REPO_ROOT)) for p in (SEEDS, TEMPLATES))
     return [
         *(sys.executable, "-c", CLI, "build", "--model", model),
-        *("--seeds", str(SEEDS), "--templates", str(TEMPLATES)),
+        *("--seeds", seeds, "--templates", templates),
         *("--edits", "all", "--no-expand", "--build-dir", str(build_dir), "--out", str(out)),
         *extra,
     ]
@@ -257,7 +249,8 @@ def built_world(
     build_dir = build_dir if build_dir is not None else Path(str(out) + "-build")
     options = ("--max-chains-per-edit", str(max_chains_per_edit), "--device", "cpu", *extra)
     done = subprocess.run(
-        build_command(model, out, build_dir, *options),
+        build_command(model, Path(out).resolve(), Path(build_dir).resolve(), *options),
+        cwd=REPO_ROOT,
         env=hub_env(hf_home),
         capture_output=True,
         text=True,
