@@ -39,6 +39,7 @@ from knowgic.dataset.io import (
     file_sha256,
     jsonl_text,
     read_json,
+    report_rebuild,
     sha256_text,
 )
 from knowgic.dataset.schemas import ROW_SCHEMAS, validator
@@ -339,14 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m knowgic.dataset.build", description=__doc__.splitlines()[0]
     )
     parser.parse_args(argv)
-    try:
-        changed = build()
-    except KnowgicError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    for version, paths in changed.items():
-        print(f"{version}: " + (", ".join(paths) if paths else "unchanged"))
-    return 0
+    return report_rebuild(build)
 
 
 if __name__ == "__main__":

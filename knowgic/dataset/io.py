@@ -12,7 +12,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -269,3 +269,19 @@ def aliases_text(aliases: Mapping[str, Sequence[str]]) -> str:
         for entity, names in aliases.items()
     ]
     return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+# --- the regeneration scripts ----------------------------------------------------------------------
+
+
+def report_rebuild(rebuild: Callable[[], Mapping[str, Sequence[str]]]) -> int:
+    """Run a regeneration of shipped files (``python -m knowgic.dataset.build``, ``… .tracks``): one line per
+    version with the files it rewrote (or "unchanged"); one ``error:`` line and its exit code on failure."""
+    try:
+        changed = rebuild()
+    except KnowgicError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    for version, paths in changed.items():
+        print(f"{version}: " + (", ".join(paths) if paths else "unchanged"))
+    return 0

@@ -544,16 +544,9 @@ def rebuild_tracks(hub_dir: Path = HUB_DIR, spec_path: Path | None = None) -> di
 
 
 def main() -> int:
-    import sys
+    from knowgic.dataset.io import report_rebuild
 
-    try:
-        changed = rebuild_tracks()
-    except KnowgicError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    for version, paths in changed.items():
-        print(f"{version}: " + (", ".join(paths) if paths else "unchanged"))
-    return 0
+    return report_rebuild(rebuild_tracks)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from knowgic.evaluation.rank_coverage import print_table
 from knowgic.evaluation.sweep import results_paths
 from knowgic.intervals import Ratio
 from knowgic.measure.compare import paired_resamples
@@ -246,11 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {args.out}")
         return 0
     start = time.perf_counter()
-    print(TABLE_HEADER, flush=True)
-    for line in table_lines(load_populations(), SIZES, args.samples):
-        print(line, flush=True)
-    print()
-    print(f"Simulation time: {time.perf_counter() - start:.0f} s.")
+    print_table(TABLE_HEADER, table_lines(load_populations(), SIZES, args.samples), start)
     return 0
 
 

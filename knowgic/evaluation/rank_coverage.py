@@ -31,7 +31,7 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -297,12 +297,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     populations = [real, *hostile_populations(real)]
     sizes = [int(s) for s in args.edits.split(",") if s.strip()]
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    print(TABLE_HEADER, flush=True)
-    for line in coverage_lines(populations, sizes, args.samples, methods, args.resamples):
+    print_table(
+        TABLE_HEADER, coverage_lines(populations, sizes, args.samples, methods, args.resamples), start
+    )
+    return 0
+
+
+def print_table(header: str, lines: Iterable[str], start: float) -> None:
+    """A simulation's Markdown table, each line as soon as it is simulated, then the time since ``start``."""
+    print(header, flush=True)
+    for line in lines:
         print(line, flush=True)
     print()
     print(f"Simulation time: {time.perf_counter() - start:.0f} s.")
-    return 0
 
 
 if __name__ == "__main__":

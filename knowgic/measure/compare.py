@@ -234,10 +234,22 @@ def paired_resamples(
         return PairedResamples(settings, tuple(documents), (), spec.metric_paths(), None, str(exc))
     order = records[0].edit_ids
     sums = tuple(metric_sums(r.reordered(order), spec) for r in records)
+    return _paired(tuple(documents), sums, len(order), settings, spec)
+
+
+def _paired(
+    documents: tuple[Mapping[str, Any], ...],
+    sums: tuple[Mapping[str, EditSums], ...],
+    edits: int,
+    settings: BootstrapSettings,
+    spec: BenchmarkSpec,
+) -> PairedResamples:
+    """Runs' per-edit sums, aligned on ``edits`` common edits, with their values and the sign flips the
+    paired tests draw."""
     values = tuple({p: v.value for p, v in metric_values(s, spec).items()} for s in sums)
-    flipping = "sign_flip" in PAIRED_METHOD_BY_KIND.values() and len(order) >= 2
-    flips = sign_flips(len(order), settings.seed) if flipping else None
-    return PairedResamples(settings, tuple(documents), sums, spec.metric_paths(), flips, values=values)
+    flipping = "sign_flip" in PAIRED_METHOD_BY_KIND.values() and edits >= 2
+    flips = sign_flips(edits, settings.seed) if flipping else None
+    return PairedResamples(settings, documents, sums, spec.metric_paths(), flips, values=values)
 
 
 def compare_results(
@@ -350,11 +362,7 @@ def private_paired(
     blocks = [read_private(d["private"], f"run {i} private") for i, d in enumerate(documents, 1)]
     order = blocks[0].keys
     sums = tuple(b.reordered(order) for b in blocks)
-    values = tuple({p: v.value for p, v in metric_values(s, spec).items()} for s in sums)
-    flipping = "sign_flip" in PAIRED_METHOD_BY_KIND.values() and len(order) >= 2
-    flips = sign_flips(len(order), settings.seed) if flipping else None
-    privates = tuple(d["private"] for d in documents)
-    return PairedResamples(settings, privates, sums, spec.metric_paths(), flips, values=values)
+    return _paired(tuple(d["private"] for d in documents), sums, len(order), settings, spec)
 
 
 def compare_private(

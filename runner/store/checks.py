@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -57,19 +58,30 @@ class CheckFailed(KnowgicError):
 
 def read_capped(path: Path, what: str, max_bytes: int) -> bytes:
     """The bytes of ``path``, refused (before reading) when larger than ``max_bytes``."""
+    return read_capped_stat(path, what, max_bytes)[0]
+
+
+def read_capped_stat(
+    path: Path, what: str, max_bytes: int, missing: str = "does not exist"
+) -> tuple[bytes, os.stat_result, os.stat_result]:
+    """:func:`read_capped`, with the file's status as the read began and as it ended (so a reader can tell a
+    file that changed while it was read). ``missing``: how the message says the file is not there."""
     try:
         with path.open("rb") as handle:
-            size = path.stat().st_size
-            if size > max_bytes:
-                raise CheckFailed(f"{what} {path} is {size:,} bytes; the store accepts at most {max_bytes:,}")
+            before = os.fstat(handle.fileno())
+            if before.st_size > max_bytes:
+                raise CheckFailed(
+                    f"{what} {path} is {before.st_size:,} bytes; the store accepts at most {max_bytes:,}"
+                )
             data = handle.read(max_bytes + 1)
+            after = os.fstat(handle.fileno())
     except FileNotFoundError:
-        raise CheckFailed(f"{what} {path} does not exist") from None
+        raise CheckFailed(f"{what} {path} {missing}") from None
     except OSError as exc:
         raise CheckFailed(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     if len(data) > max_bytes:  # grew while being read
         raise CheckFailed(f"{what} {path} is over {max_bytes:,} bytes; the store accepts at most that")
-    return data
+    return data, before, after
 
 
 def parse_json(data: bytes, where: str) -> Any:

@@ -75,6 +75,7 @@ from knowgic.runner.store.checks import (
     check_values,
     parse_json,
     read_capped,
+    read_capped_stat,
 )
 from knowgic.runner.store.signing import Signer, TrustedKeys
 from knowgic.schema_errors import first_error_line
@@ -123,20 +124,9 @@ def _read_hashed(path: Path, what: str, max_bytes: int) -> tuple[bytes, str, Fil
     """The bytes of ``path`` (refused before reading when over ``max_bytes``), their sha256, and the stat
     key to remember that hash by (:func:`_stable`). Raises :class:`StoreFileError`."""
     try:
-        with path.open("rb") as handle:
-            before = os.fstat(handle.fileno())
-            if before.st_size > max_bytes:
-                raise StoreFileError(
-                    f"{what} {path} is {before.st_size:,} bytes; the store accepts at most {max_bytes:,}"
-                )
-            data = handle.read(max_bytes + 1)
-            after = os.fstat(handle.fileno())
-    except FileNotFoundError:
-        raise StoreFileError(f"{what} {path} is missing") from None
-    except OSError as exc:
-        raise StoreFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    if len(data) > max_bytes:  # grew while being read
-        raise StoreFileError(f"{what} {path} is over {max_bytes:,} bytes; the store accepts at most that")
+        data, before, after = read_capped_stat(path, what, max_bytes, missing="is missing")
+    except CheckFailed as exc:
+        raise StoreFileError(str(exc)) from None
     return data, hashlib.sha256(data).hexdigest(), _stable(before, after)
 
 

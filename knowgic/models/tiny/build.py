@@ -144,7 +144,7 @@ def is_complete(folder: Path, digest: str) -> bool:
 
 
 @contextlib.contextmanager
-def _build_lock(path: Path) -> Iterator[None]:
+def build_lock(path: Path) -> Iterator[None]:
     """An exclusive lock on ``path`` where the platform has ``fcntl``; elsewhere a no-op."""
     try:
         import fcntl
@@ -207,7 +207,7 @@ def ensure_tiny_model(rebuild: bool = False, progress: bool = True, recipe: Tiny
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise KnowgicError(f"cannot create the model cache folder {root}: {exc}") from None
-    with _build_lock(root / f".{final.name}.lock"):
+    with build_lock(root / f".{final.name}.lock"):
         if not rebuild and is_complete(final, digest):  # another process built it meanwhile
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.build-", dir=root))
