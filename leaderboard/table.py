@@ -210,10 +210,10 @@ class Row:
     level: float | None = None
     # IFR on the operator's private split (None: none was scored), and its flag (results schema 1.5's
     # private.ifr_gap, decided again with the store's reference runs where there are enough: Board);
-    # None for a private block of schema 1.4 or before, which is never flagged (``private_old``).
+    # ``private_unranked``: a drill's block, or one of schema 1.4 or before: shown, never ranked or flagged.
     private_ifr: MetricCell | None = None
     private_check: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
-    private_old: bool = False
+    private_unranked: bool = False
     entry: StoreEntry | None = field(default=None, compare=False, repr=False)
 
     # What a rank is among (knowgic.measure.ranks.RankingKey): one model and revision, one edit set (dataset
@@ -272,13 +272,13 @@ def row_from_entry(entry: StoreEntry, columns: Columns) -> Row:
     counts = summary.get("counts", {})
     private = summary.get("private")
     private_ifr = private_check = None
-    private_old = False
+    private_unranked = False
     if isinstance(private, Mapping) and isinstance(private.get("metrics"), Mapping):
         private_ifr = MetricCell.from_results(private["metrics"].get("ifr"), "not in this file")
         gap = private.get("ifr_gap")
         private_check = gap if isinstance(gap, Mapping) else None
         # Results schema 1.4 and before (a same-edit holdout), or a drill: shown, never ranked or flagged.
-        private_old = "ifr_gap" not in private or private.get("kind") != "disjoint"
+        private_unranked = "ifr_gap" not in private or private.get("kind") != "disjoint"
     return Row(
         row_id=entry.entry_id,
         source=entry.source,
@@ -299,7 +299,7 @@ def row_from_entry(entry: StoreEntry, columns: Columns) -> Row:
         level=(summary.get("uncertainty") or {}).get("level"),
         private_ifr=private_ifr,
         private_check=private_check,
-        private_old=private_old,
+        private_unranked=private_unranked,
         entry=entry,
     )
 
@@ -868,7 +868,7 @@ def private_ifr_html(row: Row) -> str:
         return f'<span class="kg-undefined" title="{text(NO_PRIVATE)}">–</span>'
     cell = row.private_ifr.html(row.level)
     check = row.private_check
-    if row.private_old:
+    if row.private_unranked:
         cell += f' <span class="kg-private-old" title="{text(OLD_BLOCK)}">(holdout)</span>'
     elif check is not None and row.private_flagged:
         cell += f' <span class="kg-flag" title="{text(flag_text(check))}">{FLAG_MARK}</span>'
