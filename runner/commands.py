@@ -5,12 +5,14 @@
           [--dataset-version VERSION]     on that dataset version (e.g. growth) instead of the manifest's
     knowgic runner add-submitter NAME     a submitter token (deployments with --accounts token)
     knowgic runner worker [--gpus auto]   claim and run jobs until stopped (one worker per GPU host)
+          [--engine podman]               through Podman's Docker-compatible socket (runner/host/engine.py)
           [--private-dataset PATH]        score a private split too (mounted into the score stage only)
     knowgic runner status [--json]        every job and its state
     knowgic runner logs JOB               a job's log
     knowgic runner requeue JOB            run a FAILED or CANCELLED job again
     knowgic runner cancel JOB             stop a PENDING or RUNNING job
     knowgic runner build-image            build the runner image (--local-base: with no image registry)
+          [--engine podman]               into Podman's store
 
 Every queue command takes ``--store PATH`` (default ``$KNOWGIC_STORE``, else ``./knowgic-store``) and ``--db
 URL`` (default ``$KNOWGIC_QUEUE_URL``, else the SQLite file beside the store; a
@@ -46,6 +48,7 @@ from knowgic.errors import KnowgicError
 from knowgic.paths import cache_dir
 from knowgic.printable import printable, printable_json
 from knowgic.runner.host import images
+from knowgic.runner.host.engine import add_engine_option, connect, engine_name
 from knowgic.runner.host.images import LOCAL_BASE_IMAGE, BuiltImage, ImageBuildError, find_torch_wheel
 from knowgic.runner.intake.accounts import add_submitter, identify
 from knowgic.runner.intake.submission import submit
@@ -150,17 +153,20 @@ def _submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def default_executor(gpus: str, queue_id: str = "", private_dataset: Path | None = None) -> JobExecutor:
+def default_executor(
+    gpus: str, queue_id: str = "", private_dataset: Path | None = None, engine: str | None = None
+) -> JobExecutor:
     """The container executor (the only one a real worker uses); ``gpus`` is "all" or "none"; its
     containers carry ``queue_id``, so that workers of other queues on this engine leave them alone;
-    ``private_dataset``: a private split folder for the score stage alone."""
+    ``private_dataset``: a private split folder for the score stage alone; ``engine``: docker or podman
+    (default ``$KNOWGIC_CONTAINER_ENGINE``, else docker)."""
     try:
         from knowgic.runner.host.containers import ContainerExecutor
     except ImportError as exc:
         raise KnowgicError(
             f"the container executor is not available ({exc}); install knowgic[runner]"
         ) from None
-    return ContainerExecutor(gpus=gpus, queue_id=queue_id, private_dataset=private_dataset)
+    return ContainerExecutor(gpus=gpus, queue_id=queue_id, private_dataset=private_dataset, engine=engine)
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -172,6 +178,7 @@ def _worker(args: argparse.Namespace) -> int:
         raise KnowgicError(f"--grace {args.grace:g} must be longer than --heartbeat {args.heartbeat:g}")
     if args.workdir is not None and not args.workdir.is_dir():
         raise KnowgicError(f"--workdir {args.workdir} is not a folder")
+    engine = engine_name(args.engine)  # a wrong $KNOWGIC_CONTAINER_ENGINE is one line, before anything
     private = None
     if args.private_dataset is not None:  # the operator's mistake fails here, before a store is made
         private = read_private_split(args.private_dataset)
@@ -180,10 +187,10 @@ def _worker(args: argparse.Namespace) -> int:
     worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}"
     # The worker always runs submitted code through an executor that isolates it (the container executor),
     # never in this process.
-    executor = default_executor(gpus, queue.queue_id, private_dataset=args.private_dataset)
+    executor = default_executor(gpus, queue.queue_id, private_dataset=args.private_dataset, engine=engine)
     device = worker_module.device_label(gpus)
     print(
-        f"worker {worker_id}: queue {queue!r}, store {store.root}, device {device}, signing key "
+        f"worker {worker_id}: queue {queue!r}, store {store.root}, engine {engine}, device {device}, signing key "
         f"{signer.fingerprint}",
         flush=True,
     )
@@ -359,7 +366,7 @@ def _build_image(args: argparse.Namespace) -> int:
     if args.local_base and wheel is None:
         wheel = _host_torch_wheel()  # before debootstrap: a missing wheel fails now, not minutes later
     tag = args.tag or images.default_runner_image()
-    client = images.ensure_docker(log=_say)
+    client = connect(args.engine, log=_say)
     built = build_image(
         client,
         tag=tag,
@@ -480,6 +487,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="folder for the jobs' working folders (default: the system's temporary folder)",
     )
+    add_engine_option(w)
     add_signing_key_option(w)
     w.set_defaults(func=_worker)
 
@@ -560,4 +568,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="torch wheel (or a folder holding one) for a base without torch (default with --local-base: "
         "$KNOWGIC_TORCH_WHEEL, else the host's torch release from pip download)",
     )
+    add_engine_option(bi)
     bi.set_defaults(func=_build_image)

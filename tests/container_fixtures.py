@@ -8,6 +8,12 @@ test session and reused across sessions by the engine's cache:
 - ``runner_image``: ``knowgic runner build-image --local-base --tag TEST_RUNNER_IMAGE``, run as a person runs
   it (the top-level Dockerfile FROM that base, given the host's CPU torch wheel and CA bundle); rebuilt each
   session, where only the layers after a changed file run again. ``runner_image_build`` is that run.
+
+The sandbox's contract runs on both engines: ``engine_client`` (with ``engine_base_image``) is
+parametrized over Docker and Podman (Podman's API socket, found or started by
+knowgic.runner.host.engine.connect), and its Podman case carries the marker ``podman`` as well, so that
+``-m "not podman"`` leaves it out. Podman gets the images Docker built, copied through the two API
+sockets (``podman_runner_image``): cheaper than building them twice, and the same image ids.
 """
 
 from __future__ import annotations
@@ -36,6 +42,57 @@ def docker_client() -> Iterator[Any]:
         pytest.fail(f"container tests need a Docker engine: {error}")
     yield client
     client.close()
+
+
+# Each engine the sandbox's contract is tested on; the Podman case also carries the marker `podman`.
+ENGINES = [pytest.param("docker", id="docker"), pytest.param("podman", id="podman", marks=pytest.mark.podman)]
+
+
+@pytest.fixture(scope="session")
+def podman_client() -> Iterator[Any]:
+    from knowgic.runner.host.engine import EngineUnavailable, connect
+
+    try:
+        client = connect("podman")
+    except EngineUnavailable as error:  # a Podman test that cannot reach Podman fails, loudly
+        pytest.fail(f"podman tests need Podman's API socket: {error}")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session", params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    """``docker`` or ``podman``: each engine-parametrized test runs once per engine."""
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def engine_client(engine: str, request: pytest.FixtureRequest) -> Any:
+    return request.getfixturevalue("podman_client" if engine == "podman" else "docker_client")
+
+
+@pytest.fixture(scope="session")
+def engine_base_image(engine: str, base_image: str, request: pytest.FixtureRequest) -> str:
+    """The local base in ``engine``'s store (Podman's copied from Docker's)."""
+    if engine == "podman":
+        from knowgic.runner.host.images import copy_image
+
+        copy_image(
+            request.getfixturevalue("docker_client"), request.getfixturevalue("podman_client"), base_image
+        )
+    return base_image
+
+
+@pytest.fixture(scope="session")
+def podman_runner_image(runner_image: str, docker_client: Any, podman_client: Any) -> str:
+    """The runner image in Podman's store, copied from Docker's; prints how long the copy took."""
+    from knowgic.runner.host.images import copy_image
+
+    copied = copy_image(docker_client, podman_client, runner_image)
+    print(
+        f"\n{runner_image} into Podman: {'copied' if copied.built else 'already there'} in {copied.seconds:.1f} s"
+    )
+    return runner_image
 
 
 @pytest.fixture(scope="session")

@@ -257,6 +257,28 @@ def test_a_second_job_of_the_same_submission_reuses_its_image(
     assert "(cached)" in _queue(store).logs(newest.job_id)
 
 
+@pytest.mark.podman
+def test_a_job_runs_end_to_end_on_podman(
+    honest_run: dict[str, Any], podman_runner_image: str, podman_client: Any, tmp_path: Path
+) -> None:
+    """The same job through Podman's Docker-compatible API: edit image, prepare, edit and score stages,
+    stored and verified, and its metrics equal the local `knowgic evaluate`'s (as on Docker)."""
+    store = tmp_path / "store"
+    job_id = _submit(store, _honest_submission(tmp_path))
+    started = time.monotonic()
+    worker = _work(store, 1, env={"KNOWGIC_CONTAINER_ENGINE": "podman"})
+    print(f"\nrunner job on Podman {time.monotonic() - started:.1f} s (worker process, edit image built)")
+    assert "engine podman" in worker.stdout
+    job = _queue(store).get(job_id)
+    assert job.state == JobState.FINISHED, (job.reason, _queue(store).logs(job_id)[-3000:])
+    (entry,) = ResultsStore(store).scan().entries
+    assert entry.source == "verified" and entry.results_sha256 == job.results_sha256
+    _assert_same_metrics(entry.document["metrics"], honest_run["local"]["metrics"])
+    log = _queue(store).logs(job_id)
+    assert "[runner] prepare stage done" in log and "[edit]" in log and "[score]" in log
+    assert podman_client.containers.list(all=True, filters={"label": f"org.knowgic.job={job_id}"}) == []
+
+
 def test_a_sequential_job_equals_a_local_sequential_evaluate(runner_image: str, tmp_path: Path) -> None:
     store = tmp_path / "store"
     folder = _honest_submission(tmp_path)

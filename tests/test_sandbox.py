@@ -1,5 +1,6 @@
-"""The sandbox against plain hostile commands, on a real Docker engine (marker ``container``), and the
-runner's image and sandbox helpers that need no engine (default suite).
+"""The sandbox against plain hostile commands, on a real Docker engine and on Podman (marker ``container``;
+the Podman case also ``podman``), and the runner's image and sandbox helpers that need no engine (default
+suite).
 
 Each engine case runs a short Python program in the locally made Debian base image under run_sandboxed
 and checks that it was contained (the result says why it ended) and that the host was not touched.
@@ -34,10 +35,12 @@ def _shared_dir(path: Path) -> Path:
 
 
 @pytest.mark.container
-def test_a_plain_command_runs_non_root_without_capabilities(docker_client: Any, base_image: str) -> None:
+def test_a_plain_command_runs_non_root_without_capabilities(
+    engine_client: Any, engine_base_image: str
+) -> None:
     result = _python(
-        docker_client,
-        base_image,
+        engine_client,
+        engine_base_image,
         """
         import os
         status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
@@ -50,10 +53,10 @@ def test_a_plain_command_runs_non_root_without_capabilities(docker_client: Any, 
 
 
 @pytest.mark.container
-def test_network_egress_is_impossible(docker_client: Any, base_image: str) -> None:
+def test_network_egress_is_impossible(engine_client: Any, engine_base_image: str) -> None:
     result = _python(
-        docker_client,
-        base_image,
+        engine_client,
+        engine_base_image,
         """
         import socket, sys
         print("interfaces", sorted(name for _, name in socket.if_nameindex()))
@@ -77,15 +80,17 @@ def test_network_egress_is_impossible(docker_client: Any, base_image: str) -> No
 
 
 @pytest.mark.container
-def test_writes_land_only_in_the_writable_mount(docker_client: Any, base_image: str, tmp_path: Path) -> None:
+def test_writes_land_only_in_the_writable_mount(
+    engine_client: Any, engine_base_image: str, tmp_path: Path
+) -> None:
     out = _shared_dir(tmp_path / "out")
     readonly = _shared_dir(tmp_path / "inputs")
     (readonly / "job.json").write_text("{}")
     (readonly / "job.json").chmod(0o644)
     before = sorted(p.name for p in tmp_path.iterdir())
     result = _python(
-        docker_client,
-        base_image,
+        engine_client,
+        engine_base_image,
         """
         import os
         for path in ("/etc/evil", "/usr/lib/python3/evil.py", "/inputs/job.json", "/inputs/new", "/evil", "/home/evil"):
@@ -110,12 +115,12 @@ def test_writes_land_only_in_the_writable_mount(docker_client: Any, base_image: 
 
 
 @pytest.mark.container
-def test_host_files_are_out_of_reach(docker_client: Any, base_image: str, tmp_path: Path) -> None:
+def test_host_files_are_out_of_reach(engine_client: Any, engine_base_image: str, tmp_path: Path) -> None:
     secret = tmp_path / "host-secret.txt"
     secret.write_text("the host's secret")
     result = _python(
-        docker_client,
-        base_image,
+        engine_client,
+        engine_base_image,
         f"""
         import glob, os
         hits = []
@@ -137,10 +142,10 @@ def test_host_files_are_out_of_reach(docker_client: Any, base_image: str, tmp_pa
 
 
 @pytest.mark.container
-def test_a_fork_bomb_hits_the_pids_limit(docker_client: Any, base_image: str) -> None:
+def test_a_fork_bomb_hits_the_pids_limit(engine_client: Any, engine_base_image: str) -> None:
     result = _python(
-        docker_client,
-        base_image,
+        engine_client,
+        engine_base_image,
         """
         import os, time
         children = 0
@@ -162,11 +167,11 @@ def test_a_fork_bomb_hits_the_pids_limit(docker_client: Any, base_image: str) ->
 
 
 @pytest.mark.container
-def test_a_shell_fork_bomb_is_killed_at_the_timeout(docker_client: Any, base_image: str) -> None:
+def test_a_shell_fork_bomb_is_killed_at_the_timeout(engine_client: Any, engine_base_image: str) -> None:
     limits = SandboxLimits(memory_bytes=256 << 20, cpus=0.5, pids=64, timeout_seconds=8)
     result = run_sandboxed(
-        docker_client,
-        base_image,
+        engine_client,
+        engine_base_image,
         ["bash", "-c", "bomb() { bomb | bomb & }; bomb; wait"],
         limits=limits,
         gpus="none",
@@ -174,14 +179,14 @@ def test_a_shell_fork_bomb_is_killed_at_the_timeout(docker_client: Any, base_ima
     # It ends at the timeout, or earlier when the first shell's `wait` returns; either way forks were refused.
     assert result.pids_limit_hit, (result.reason, result.logs[-500:])
     assert result.seconds < 40
-    assert _engine_is_healthy(docker_client)
+    assert _engine_is_healthy(engine_client)
 
 
 @pytest.mark.container
-def test_a_memory_bomb_is_oom_killed(docker_client: Any, base_image: str) -> None:
+def test_a_memory_bomb_is_oom_killed(engine_client: Any, engine_base_image: str) -> None:
     result = _python(
-        docker_client,
-        base_image,
+        engine_client,
+        engine_base_image,
         """
         blocks = []
         while True:
@@ -196,10 +201,10 @@ def test_a_memory_bomb_is_oom_killed(docker_client: Any, base_image: str) -> Non
 
 
 @pytest.mark.container
-def test_an_endless_loop_is_killed_at_the_timeout(docker_client: Any, base_image: str) -> None:
+def test_an_endless_loop_is_killed_at_the_timeout(engine_client: Any, engine_base_image: str) -> None:
     limits = SandboxLimits(timeout_seconds=3, cpus=0.5)
     result = run_sandboxed(
-        docker_client, base_image, ["python3", "-c", "while True: pass"], limits=limits, gpus="none"
+        engine_client, engine_base_image, ["python3", "-c", "while True: pass"], limits=limits, gpus="none"
     )
     assert result.reason == EndReason.TIMEOUT
     assert 3 <= result.seconds < 15
@@ -207,11 +212,11 @@ def test_an_endless_loop_is_killed_at_the_timeout(docker_client: Any, base_image
 
 
 @pytest.mark.container
-def test_a_log_flood_is_capped_and_keeps_the_end(docker_client: Any, base_image: str) -> None:
+def test_a_log_flood_is_capped_and_keeps_the_end(engine_client: Any, engine_base_image: str) -> None:
     lines: list[str] = []
     result = _python(
-        docker_client,
-        base_image,
+        engine_client,
+        engine_base_image,
         """
         import sys
         line = "x" * 1023 + "\\n"
@@ -229,15 +234,15 @@ def test_a_log_flood_is_capped_and_keeps_the_end(docker_client: Any, base_image:
 
 
 @pytest.mark.container
-def test_a_cancelled_run_is_killed(docker_client: Any, base_image: str) -> None:
+def test_a_cancelled_run_is_killed(engine_client: Any, engine_base_image: str) -> None:
     import threading
 
     cancel = threading.Event()
     timer = threading.Timer(2.0, cancel.set)
     timer.start()
     result = run_sandboxed(
-        docker_client,
-        base_image,
+        engine_client,
+        engine_base_image,
         ["sleep", "600"],
         limits=SandboxLimits(timeout_seconds=60),
         gpus="none",
@@ -248,20 +253,20 @@ def test_a_cancelled_run_is_killed(docker_client: Any, base_image: str) -> None:
 
 
 @pytest.mark.container
-def test_no_container_is_left_behind(docker_client: Any, base_image: str) -> None:
+def test_no_container_is_left_behind(engine_client: Any, engine_base_image: str) -> None:
     result = run_sandboxed(
-        docker_client, base_image, ["true"], gpus="none", labels={"org.knowgic.test": "leftover"}
+        engine_client, engine_base_image, ["true"], gpus="none", labels={"org.knowgic.test": "leftover"}
     )
     assert result.ok
-    assert docker_client.containers.list(all=True, filters={"label": "org.knowgic.test=leftover"}) == []
+    assert engine_client.containers.list(all=True, filters={"label": "org.knowgic.test=leftover"}) == []
 
 
 @pytest.mark.container
-def test_root_is_refused(docker_client: Any, base_image: str) -> None:
+def test_root_is_refused(engine_client: Any, engine_base_image: str) -> None:
     from knowgic.errors import KnowgicError
 
     with pytest.raises(KnowgicError, match="root"):
-        run_sandboxed(docker_client, base_image, ["true"], user="0:0", gpus="none")
+        run_sandboxed(engine_client, engine_base_image, ["true"], user="0:0", gpus="none")
 
 
 def _engine_is_healthy(client: Any) -> bool:

@@ -46,18 +46,19 @@ from knowgic.argtypes import parse_size
 from knowgic.dataset.private import read_private_split
 from knowgic.errors import KnowgicError
 from knowgic.paths import PROVIDED_STATS_VARIABLE, cache_dir
+from knowgic.runner.host.engine import connect, engine_name
 from knowgic.runner.host.images import (
     SUBMISSION_DIR,
     BuiltImage,
     ImageBuildError,
     build_edit_image,
     default_runner_image,
-    ensure_docker,
     image_exists,
     image_id,
     remove_stale_edit_images,
 )
 from knowgic.runner.host.sandbox import (
+    PODMAN_GPU_REFUSAL,
     SCRATCH_DIR,
     EndReason,
     GiB,
@@ -243,6 +244,8 @@ class ContainerExecutor:
     ``private_dataset``: a private split folder (:mod:`knowgic.dataset.private`), mounted read-only at
     /private into the trusted stages only, for the jobs it applies to (its model's; a drill, its version's):
     the prepare stage appends its edit requests as a second group, the score stage scores its chains.
+    ``engine``: ``docker`` or ``podman`` (default ``$KNOWGIC_CONTAINER_ENGINE``, else docker;
+    :mod:`knowgic.runner.host.engine`), used when no ``client`` is given.
     """
 
     gpus: str = "auto"
@@ -257,6 +260,7 @@ class ContainerExecutor:
     )
     queue_id: str = ""
     private_dataset: Path | None = None
+    engine: str | None = None
     client: Any = None
 
     def __post_init__(self) -> None:
@@ -268,7 +272,10 @@ class ContainerExecutor:
                 f"delta quota or cap (KNOWGIC_DELTA_QUOTA, KNOWGIC_DELTA_CAP): {error}"
             ) from None
         self.deltas_cap_bytes = max(cap, self.quota_bytes)
+        self.engine = engine_name(self.engine)
         self.use_gpus = resolve_gpus(self.gpus)
+        if self.use_gpus and self.engine == "podman":  # before any image or job is touched
+            raise KnowgicError(PODMAN_GPU_REFUSAL)
         self.runner_image = self.runner_image or default_runner_image()
         if self.model_cache is not None:
             _check_model_cache(Path(self.model_cache))
@@ -278,7 +285,7 @@ class ContainerExecutor:
             self.private_split = read_private_split(self.private_dataset)
             self.private_dataset = self.private_split.folder.resolve()
         if self.client is None:
-            self.client = ensure_docker()
+            self.client = connect(self.engine)
         self.runner_image_id = image_id(self.client, self.runner_image)  # fails now, with how to build it
         remove_stale_edit_images(self.client, self.runner_image_id)
 

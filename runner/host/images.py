@@ -38,6 +38,7 @@ from tqdm import tqdm
 from knowgic import __version__
 from knowgic.dataset.versions import available_versions
 from knowgic.errors import KnowgicError
+from knowgic.runner.host.engine import EngineUnavailable
 from knowgic.runner.host.sandbox import Mount, SandboxLimits, run_sandboxed
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 _LOG = Callable[[str], None]
 
 
-class DockerUnavailable(KnowgicError):
+class DockerUnavailable(EngineUnavailable):
     """The Docker engine cannot be reached or started."""
 
 
@@ -145,6 +146,24 @@ def image_id(client: docker.DockerClient, tag: str) -> str:
             f"no image {tag!r} in the Docker engine: build it with `knowgic runner build-image --tag {tag}` "
             "(add --local-base where no image registry is reachable)"
         ) from error
+
+
+def copy_image(
+    source: docker.DockerClient, target: docker.DockerClient, tag: str, *, log: _LOG = _quiet
+) -> BuiltImage:
+    """``tag`` from one engine's store into another's (``docker save | podman load``, streamed through
+    the two API sockets); nothing is copied when the target already holds the same image id. The target
+    keeps the image id, so edit images built from it are tagged alike on both engines."""
+    started = time.monotonic()
+    wanted = image_id(source, tag)
+    if image_exists(target, tag) and image_id(target, tag) == wanted:
+        return BuiltImage(tag, wanted, False, time.monotonic() - started)
+    log(f"copying {tag} ({wanted.removeprefix('sha256:')[:12]}) into the other engine")
+    target.images.load(source.api.get_image(tag, chunk_size=1 << 20))
+    copied = image_id(target, tag)
+    if copied != wanted:
+        raise ImageBuildError(f"copying {tag}: the target holds {copied}, not {wanted}")
+    return BuiltImage(tag, copied, True, time.monotonic() - started)
 
 
 def _bar(total: int | None, desc: str, unit: str) -> tqdm:

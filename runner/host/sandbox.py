@@ -13,6 +13,11 @@ Both runner stages run here. What a container gets:
   at most ``log_bytes``: the beginning and the end);
 - every GPU through ``device_requests`` when the host has one, otherwise the CPU; the result says which.
 
+The engine is Docker or Podman (runner/host/engine.py), both through the docker SDK. For Podman the
+container also gets the open-files and processes limits this host can set (:func:`podman_rlimits`), and,
+rootless, ``userns=keep-id`` so that the writable mounts stay the caller's; GPUs are refused (Podman's
+Docker-compatible API does not honour ``device_requests``).
+
 :class:`SandboxResult` names why the container ended: it exited (with its code), it was OOM-killed, it
 ran out of time, it hit its process limit, or it was cancelled by the caller.
 """
@@ -33,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from knowgic.errors import KnowgicError
+from knowgic.runner.host.engine import engine_of, podman_rlimits
 
 if TYPE_CHECKING:
     import docker
@@ -44,6 +50,10 @@ MiB = 1 << 20
 # Seconds the in-container `timeout` waits beyond the host's limit: the host kills first when it is alive.
 IN_CONTAINER_GRACE_SECONDS = 30
 DEFAULT_USER = "10001:10001"  # the image's `knowgic` user (Dockerfile)
+PODMAN_GPU_REFUSAL = (
+    "GPUs through Podman are not supported: its Docker-compatible API ignores device requests; "
+    "run with --gpus none, or with --engine docker and the NVIDIA Container Toolkit"
+)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _FORK_REFUSED = re.compile(
     r"fork: (retry: )?Resource temporarily unavailable|BlockingIOError: \[Errno 11\]|"
@@ -196,6 +206,11 @@ def _pids_events(container_id: str) -> int | None:
         f"/sys/fs/cgroup/pids/system.slice/docker-{container_id}.scope/pids.events",
         f"/sys/fs/cgroup/docker/{container_id}/pids.events",
         f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/pids.events",
+        # Podman's cgroupfs and systemd managers
+        f"/sys/fs/cgroup/pids/libpod_parent/libpod-{container_id}/pids.events",
+        f"/sys/fs/cgroup/pids/machine.slice/libpod-{container_id}.scope/pids.events",
+        f"/sys/fs/cgroup/machine.slice/libpod-{container_id}.scope/container/pids.events",
+        f"/sys/fs/cgroup/machine.slice/libpod-{container_id}.scope/pids.events",
     )
     for candidate in candidates:
         try:
@@ -242,6 +257,9 @@ def run_sandboxed(
     docker = _docker()
     limits = limits or SandboxLimits()
     use_gpus = resolve_gpus(gpus)
+    podman = engine_of(client) == "podman"
+    if podman and use_gpus:
+        raise KnowgicError(PODMAN_GPU_REFUSAL)
     if user is None:
         user = DEFAULT_USER if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
     if user.split(":")[0] in ("0", "root"):
@@ -265,6 +283,13 @@ def run_sandboxed(
         for mount in mounts
     ]
     device_requests = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])] if use_gpus else None
+    engine_specific: dict[str, Any] = {}
+    if podman:
+        engine_specific["ulimits"] = [
+            docker.types.Ulimit(name=name, soft=value, hard=value) for name, value in podman_rlimits().items()
+        ]
+        if os.geteuid() != 0:  # rootless: the caller's uid is the same inside, so its folders stay writable
+            engine_specific["userns_mode"] = "keep-id"
     hard_limit = int(limits.timeout_seconds) + IN_CONTAINER_GRACE_SECONDS
     container = client.containers.create(
         image,
@@ -290,6 +315,7 @@ def run_sandboxed(
             type="json-file", config={"max-size": str(limits.log_file_bytes), "max-file": "1"}
         ),
         ipc_mode="private",
+        **engine_specific,
     )
     started = time.monotonic()
     reason: EndReason | None = None
@@ -360,6 +386,9 @@ def _memory_near_limit(container: Any, limits: SandboxLimits) -> bool:
     for candidate in (
         f"/sys/fs/cgroup/memory/docker/{container.id}/memory.max_usage_in_bytes",
         f"/sys/fs/cgroup/docker/{container.id}/memory.peak",
+        f"/sys/fs/cgroup/memory/libpod_parent/libpod-{container.id}/memory.max_usage_in_bytes",
+        f"/sys/fs/cgroup/memory/machine.slice/libpod-{container.id}.scope/memory.max_usage_in_bytes",
+        f"/sys/fs/cgroup/machine.slice/libpod-{container.id}.scope/container/memory.peak",
     ):
         try:
             peak = int(Path(candidate).read_text().strip())
