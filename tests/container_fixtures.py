@@ -96,6 +96,12 @@ def podman_runner_image(runner_image: str, docker_client: Any, podman_client: An
 
 
 @pytest.fixture(scope="session")
+def engine_runner_image(engine: str, runner_image: str, request: pytest.FixtureRequest) -> str:
+    """The runner image in ``engine``'s store (Podman's copied from Docker's)."""
+    return str(request.getfixturevalue("podman_runner_image")) if engine == "podman" else runner_image
+
+
+@pytest.fixture(scope="session")
 def base_image(docker_client: Any) -> str:
     from knowgic.runner.host.images import build_local_base
 

@@ -626,9 +626,10 @@ def _probe_wheel(folder: Path, host: str, port: int) -> Path:
     return wheel
 
 
-def test_a_build_that_opens_a_socket_fails(runner_image: str, tmp_path: Path) -> None:
+def test_a_build_that_opens_a_socket_fails(engine: str, engine_runner_image: str, tmp_path: Path) -> None:
     """A requirement's wheel runs code at the build's first Python start after the install: the build has no
-    network, so its socket is refused, the job fails with that line, and the host's listener hears nothing."""
+    network, so its socket is refused, the job fails with that line, and the host's listener hears nothing.
+    On both engines (the wheel is fetched in a container with the network, then built without)."""
     import socket
     import threading
 
@@ -656,7 +657,7 @@ def test_a_build_that_opens_a_socket_fails(runner_image: str, tmp_path: Path) ->
         store = tmp_path / "store"
         folder = _hostile_submission(tmp_path, "socket", "NetworkEgress", {}, ["knowgic-socket-probe==1.0"])
         job_id = _submit(store, folder)
-        _work(store, 1, env={"KNOWGIC_FIND_LINKS": str(tmp_path / "wheels")})
+        _work(store, 1, env={"KNOWGIC_FIND_LINKS": str(tmp_path / "wheels"), "KNOWGIC_CONTAINER_ENGINE": engine})
     finally:
         stop.set()
         thread.join(5)

@@ -54,7 +54,8 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # Packages of the local base: Python 3.11 with pip, TLS roots, and useradd for the Dockerfile's user.
 BASE_PACKAGES = ("python3", "python3-pip", "ca-certificates", "passwd")
 SUBMISSION_DIR = "/submission"
-_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
+# A build step as Docker's classic builder ("Step 3/23 : RUN ...") and Podman's Buildah ("STEP 3/23: RUN ...") print it.
+_STEP = re.compile(r"^(?:Step|STEP) (\d+)/(\d+) ?: (.*)")
 _LOG = Callable[[str], None]
 
 
