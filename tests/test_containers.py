@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
+from knowgic.runner.host.sandbox import run_sandboxed
 from knowgic.runner.queue.queue import JobQueue, JobState
 from knowgic.runner.store.store import ResultsStore
 from tests.container_fixtures import CLI
@@ -261,10 +263,16 @@ def test_a_second_job_of_the_same_submission_reuses_its_image(
 def test_a_job_runs_end_to_end_on_podman(
     honest_run: dict[str, Any], podman_runner_image: str, podman_client: Any, tmp_path: Path
 ) -> None:
-    """The same job through Podman's Docker-compatible API: edit image, prepare, edit and score stages,
-    stored and verified, and its metrics equal the local `knowgic evaluate`'s (as on Docker)."""
+    """The same job through Podman's Docker-compatible API: edit image (with a requirement, installed in a
+    sandboxed container there), prepare, edit and score stages, stored and verified, and its metrics equal
+    the local `knowgic evaluate`'s (as on Docker)."""
     store = tmp_path / "store"
-    job_id = _submit(store, _honest_submission(tmp_path))
+    folder = _honest_submission(tmp_path)
+    manifest = yaml.safe_load((folder / "submission.yaml").read_text())
+    (folder / "submission.yaml").write_text(
+        yaml.safe_dump({**manifest, "requirements": [NETWORK_REQUIREMENT]})
+    )
+    job_id = _submit(store, folder)
     started = time.monotonic()
     worker = _work(store, 1, env={"KNOWGIC_CONTAINER_ENGINE": "podman"})
     print(f"\nrunner job on Podman {time.monotonic() - started:.1f} s (worker process, edit image built)")
@@ -276,7 +284,13 @@ def test_a_job_runs_end_to_end_on_podman(
     _assert_same_metrics(entry.document["metrics"], honest_run["local"]["metrics"])
     log = _queue(store).logs(job_id)
     assert "[runner] prepare stage done" in log and "[edit]" in log and "[score]" in log
+    assert f"wheels: {NETWORK_REQUIREMENT}" in log
     assert podman_client.containers.list(all=True, filters={"label": f"org.knowgic.job={job_id}"}) == []
+    (edit_image,) = re.findall(r"\[runner\] edit image (knowgic-edit:\S+)", log)
+    found = run_sandboxed(
+        podman_client, edit_image, ["python3", "-c", "import wcwidth; print(wcwidth.__file__)"], gpus="none"
+    )
+    assert found.ok and found.logs.startswith("/opt/knowgic-submission-packages/"), found.logs
 
 
 def test_a_sequential_job_equals_a_local_sequential_evaluate(runner_image: str, tmp_path: Path) -> None:
@@ -657,7 +671,9 @@ def test_a_build_that_opens_a_socket_fails(engine: str, engine_runner_image: str
         store = tmp_path / "store"
         folder = _hostile_submission(tmp_path, "socket", "NetworkEgress", {}, ["knowgic-socket-probe==1.0"])
         job_id = _submit(store, folder)
-        _work(store, 1, env={"KNOWGIC_FIND_LINKS": str(tmp_path / "wheels"), "KNOWGIC_CONTAINER_ENGINE": engine})
+        _work(
+            store, 1, env={"KNOWGIC_FIND_LINKS": str(tmp_path / "wheels"), "KNOWGIC_CONTAINER_ENGINE": engine}
+        )
     finally:
         stop.set()
         thread.join(5)

@@ -38,7 +38,7 @@ from tqdm import tqdm
 from knowgic import __version__
 from knowgic.dataset.versions import available_versions
 from knowgic.errors import KnowgicError
-from knowgic.runner.host.engine import EngineUnavailable
+from knowgic.runner.host.engine import EngineUnavailable, engine_of
 from knowgic.runner.host.sandbox import Mount, SandboxLimits, run_sandboxed
 
 if TYPE_CHECKING:
@@ -429,7 +429,9 @@ SUBMISSION_PACKAGES = "/opt/knowgic-submission-packages"
 WHEELHOUSE = "/opt/knowgic-wheels"
 
 
-def _edit_dockerfile(runner_image: str, has_requirements: bool) -> str:
+def _edit_dockerfile(runner_image: str, has_requirements: bool, installed: bool = False) -> str:
+    """The edit image's Dockerfile. ``installed``: the requirements were installed beforehand, in a sandboxed
+    container (:func:`install_wheels`, Podman), and the build only copies them: no step runs their code."""
     lines = [
         f"FROM {runner_image}",
         "USER root",
@@ -439,7 +441,13 @@ def _edit_dockerfile(runner_image: str, has_requirements: bool) -> str:
         # Readable by the sandbox's user, writable by nobody: the running editor cannot change its own code.
         f"RUN chown -R root:root {SUBMISSION_DIR} && chmod -R a+rX,go-w {SUBMISSION_DIR}",
     ]
-    if has_requirements:
+    if has_requirements and installed:
+        lines += [
+            f"COPY packages/ {SUBMISSION_PACKAGES}/",
+            f"RUN chown -R root:root {SUBMISSION_PACKAGES} && chmod -R a+rX,go-w {SUBMISSION_PACKAGES}",
+            f"ENV PYTHONUSERBASE={SUBMISSION_PACKAGES}",
+        ]
+    elif has_requirements:
         lines += [
             f"COPY wheels/ {WHEELHOUSE}/",
             f"RUN mkdir -p {SUBMISSION_PACKAGES} && chown knowgic:knowgic {SUBMISSION_PACKAGES}",
@@ -447,15 +455,50 @@ def _edit_dockerfile(runner_image: str, has_requirements: bool) -> str:
             # As the non-root user, from the wheelhouse only (the build has no network): wheels are unpacked,
             # never built, and the import check runs whatever they install with no network and no root.
             "USER knowgic",
-            f"RUN python3 -m pip install --user --no-index --no-cache-dir --only-binary :all: "
-            f"--find-links {WHEELHOUSE}/wheels -r {WHEELHOUSE}/requirements.txt "
-            '&& python3 -c "import knowgic.runner"',
+            f"RUN {_PIP_INSTALL} --find-links {WHEELHOUSE}/wheels -r {WHEELHOUSE}/requirements.txt "
+            f"&& {_IMPORT_CHECK}",
             "USER root",
             f"RUN rm -rf {WHEELHOUSE} && chown -R root:root {SUBMISSION_PACKAGES} "
             f"&& chmod -R a+rX,go-w {SUBMISSION_PACKAGES}",
         ]
     lines += [f"ENV PYTHONPATH={SUBMISSION_DIR}:{SUBMISSION_DIR}/src", "USER knowgic", ""]
     return "\n".join(lines)
+
+
+_PIP_INSTALL = "python3 -m pip install --user --no-index --no-cache-dir --only-binary :all:"
+_IMPORT_CHECK = 'python3 -c "import knowgic.runner"'
+
+
+def install_wheels(client: docker.DockerClient, runner_image: str, wheelhouse: Path, packages: Path) -> None:
+    """Install the fetched wheels into ``packages`` in a sandboxed container of the runner image (no network,
+    the non-root user, a read-only root), then check that ``knowgic.runner`` still imports with them, in
+    another: what the Docker build's own step does, for an engine whose builds cannot be trusted with it.
+    Podman's API builds run every step in the host's network namespace, whatever the network mode asked."""
+    packages.mkdir(parents=True, exist_ok=True)
+    packages.chmod(0o755)
+    limits = SandboxLimits(memory_bytes=4 * (1 << 30), cpus=2.0, pids=256, timeout_seconds=900.0)
+    environment = {"PYTHONUSERBASE": SUBMISSION_PACKAGES}
+    wheels = Mount(wheelhouse, WHEELHOUSE)
+    steps = (
+        (
+            [
+                *_PIP_INSTALL.split(),
+                "--find-links",
+                f"{WHEELHOUSE}/wheels",
+                "-r",
+                f"{WHEELHOUSE}/requirements.txt",
+            ],
+            [wheels, Mount(packages, SUBMISSION_PACKAGES, writable=True)],
+        ),
+        (["python3", "-c", "import knowgic.runner"], [Mount(packages, SUBMISSION_PACKAGES)]),
+    )
+    for command, mounts in steps:
+        result = run_sandboxed(
+            client, runner_image, command, mounts=mounts, limits=limits, gpus="none", environment=environment
+        )
+        if not result.ok:
+            lines = [line for line in result.logs.splitlines() if line.strip()] or [result.describe()]
+            raise ImageBuildError(f"installing the requirements failed: {lines[-1]}")
 
 
 def fetch_wheels(
@@ -555,7 +598,9 @@ def build_edit_image(
         for path in sorted(root.rglob("*"))
         if not path.is_symlink() and (path.is_file() or path.is_dir())
     ]
-    generated = {"Dockerfile": _edit_dockerfile(runner_image, bool(requirements)).encode()}
+    # Podman's builds get the host's network whatever is asked, so no submitted code runs in them there.
+    install_first = bool(requirements) and engine_of(client) == "podman"
+    generated = {"Dockerfile": _edit_dockerfile(runner_image, bool(requirements), install_first).encode()}
     labels = {
         "org.knowgic.submission.sha256": submission.sha256,
         "org.knowgic.submission.name": str(manifest.get("name", "")),
@@ -574,8 +619,21 @@ def build_edit_image(
                 log=log,
             )
             wheels = Path(scratch) / "out" / "wheels"
-            files += [(f"wheels/wheels/{path.name}", path) for path in sorted(wheels.glob("*.whl"))]
-            generated["wheels/requirements.txt"] = ("\n".join(requirements) + "\n").encode()
+            text = ("\n".join(requirements) + "\n").encode()
+            if install_first:
+                (Path(scratch) / "out" / "requirements.txt").write_bytes(text)
+                (Path(scratch) / "out" / "requirements.txt").chmod(0o644)
+                packages = Path(scratch) / "packages"
+                log("installing the requirements in a container with no network (Podman)")
+                install_wheels(client, runner_image, Path(scratch) / "out", packages)
+                files += [
+                    (f"packages/{path.relative_to(packages).as_posix()}", path)
+                    for path in sorted(packages.rglob("*"))
+                    if not path.is_symlink() and (path.is_file() or path.is_dir())
+                ]
+            else:
+                files += [(f"wheels/wheels/{path.name}", path) for path in sorted(wheels.glob("*.whl"))]
+                generated["wheels/requirements.txt"] = text
         log(f"building the edit image {tag} ({len(requirements)} requirement(s), no network)")
         with tempfile.TemporaryFile(prefix="knowgic-edit-context-") as context:
             _context_archive(files, generated, context)
