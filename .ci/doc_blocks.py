@@ -604,7 +604,7 @@ def run(selected: list[str], cache: Path | None, docker: bool) -> int:
         shared_cache = cache or Path(tmp) / "cache"
         shared_cache.mkdir(parents=True, exist_ok=True)
         if docker and any(e.docker for v in by_page.values() for _, e in v):
-            from knowgic.runner.host.images import DockerUnavailable, ensure_docker
+            from knowgic.runner.host.engine import DockerUnavailable, ensure_docker
 
             try:
                 ensure_docker().close()

@@ -34,7 +34,7 @@ BUILD_TIMEOUT_SECONDS = 3600  # a first build on a loaded 2-core machine: deboot
 
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[Any]:
-    from knowgic.runner.host.images import DockerUnavailable, ensure_docker
+    from knowgic.runner.host.engine import DockerUnavailable, ensure_docker
 
     try:
         client = ensure_docker()

@@ -7,7 +7,7 @@ Both engines are driven by the one docker SDK client, so the sandbox (runner/hos
 differently is decided here, once, and named in docs/cluster.md ("Podman")::
 
     connect(engine)
-      docker  images.ensure_docker: $DOCKER_HOST or /var/run/docker.sock, dockerd started when root
+      docker  ensure_docker(): $DOCKER_HOST or /var/run/docker.sock, dockerd started when root
       podman  podman_socket(): $CONTAINER_HOST, else /run/podman/podman.sock (root) or
               $XDG_RUNTIME_DIR/podman/podman.sock (a user: rootless)
               answers? -> client; else `podman system service --time=0 unix://SOCKET` started in the
@@ -55,6 +55,10 @@ class EngineUnavailable(KnowgicError):
     """The container engine cannot be reached, started, or trusted with the sandbox's limits."""
 
 
+class DockerUnavailable(EngineUnavailable):
+    """The Docker engine cannot be reached or started."""
+
+
 def add_engine_option(parser: argparse.ArgumentParser) -> None:
     """``--engine {docker,podman}``; resolved by :func:`engine_name`."""
     parser.add_argument(
@@ -94,12 +98,55 @@ def podman_socket() -> Path:
     return Path(runtime) / "podman" / "podman.sock"
 
 
-def _docker_module() -> Any:
+def docker_sdk() -> Any:
+    """The docker SDK module (the runner extra), or one line saying how to install it."""
     try:
         import docker
     except ImportError as error:  # the runner extra is not installed
         raise EngineUnavailable("the docker SDK is not installed: pip install 'knowgic[runner]'") from error
     return docker
+
+
+def ensure_docker(
+    *, start: bool = True, timeout: float = 90.0, log: Callable[[str], None] = lambda _: None
+) -> docker.DockerClient:
+    """A client of a running Docker engine; starts ``dockerd`` in the background when none answers.
+
+    Starting needs root and ``dockerd`` on PATH (Debian's docker.io); its log goes to a temporary file
+    whose path is in the error message when the engine does not come up within ``timeout`` seconds.
+    """
+    docker = docker_sdk()
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+        return client
+    except Exception as first_error:
+        reason = str(first_error).splitlines()[0][:200]
+        dockerd = shutil.which("dockerd")
+        if not start or dockerd is None or os.geteuid() != 0:
+            how = "start it (`sudo dockerd &` or `sudo systemctl start docker`)"
+            if dockerd is None:
+                how = "install Docker (Debian: apt-get install docker.io) and start it"
+            raise DockerUnavailable(f"cannot reach the Docker engine ({reason}): {how}") from first_error
+    log_file = Path(tempfile.mkstemp(prefix="dockerd-", suffix=".log")[1])
+    log(f"starting dockerd (log: {log_file})")
+    with log_file.open("ab") as handle:
+        subprocess.Popen(
+            [dockerd],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            client = docker.from_env(timeout=600)
+            client.ping()
+            return client
+        except Exception:
+            time.sleep(0.5)
+    raise DockerUnavailable(f"dockerd did not answer within {timeout:.0f} s; see its log {log_file}")
 
 
 def _ping(docker: Any, socket: Path) -> Any:
@@ -117,7 +164,7 @@ def ensure_podman(
 ) -> docker.DockerClient:
     """A docker SDK client of Podman's API socket (:func:`podman_socket`); starts ``podman system service``
     when the socket does not answer, and checks that the engine can enforce the sandbox's limits."""
-    docker = _docker_module()
+    docker = docker_sdk()
     socket = podman_socket()
     try:
         client = _ping(docker, socket)
@@ -231,8 +278,6 @@ def connect(
     name = engine_name(engine)
     if name == "podman":
         return ensure_podman(start=start, log=log)
-    from knowgic.runner.host.images import ensure_docker  # images imports the sandbox, which imports this
-
     client = ensure_docker(start=start, log=log)
     setattr(client, _ENGINE_ATTRIBUTE, "docker")
     return client

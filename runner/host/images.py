@@ -38,7 +38,7 @@ from tqdm import tqdm
 from knowgic import __version__
 from knowgic.dataset.versions import available_versions
 from knowgic.errors import KnowgicError
-from knowgic.runner.host.engine import EngineUnavailable, engine_of
+from knowgic.runner.host.engine import DockerUnavailable, docker_sdk, engine_of
 from knowgic.runner.host.sandbox import Mount, SandboxLimits, run_sandboxed
 
 if TYPE_CHECKING:
@@ -59,10 +59,6 @@ _STEP = re.compile(r"^(?:Step|STEP) (\d+)/(\d+) ?: (.*)")
 _LOG = Callable[[str], None]
 
 
-class DockerUnavailable(EngineUnavailable):
-    """The Docker engine cannot be reached or started."""
-
-
 class ImageBuildError(KnowgicError):
     """An image build failed; the message ends with the build's last output lines."""
 
@@ -80,56 +76,8 @@ def default_runner_image() -> str:
     return os.environ.get("KNOWGIC_RUNNER_IMAGE") or f"{RUNNER_REPOSITORY}:{knowgic_version()}"
 
 
-def _docker_module() -> Any:
-    try:
-        import docker
-    except ImportError as error:  # the runner extra is not installed
-        raise DockerUnavailable("the docker SDK is not installed: pip install 'knowgic[runner]'") from error
-    return docker
-
-
-def ensure_docker(*, start: bool = True, timeout: float = 90.0, log: _LOG = _quiet) -> docker.DockerClient:
-    """A client of a running Docker engine; starts ``dockerd`` in the background when none answers.
-
-    Starting needs root and ``dockerd`` on PATH (Debian's docker.io); its log goes to a temporary file
-    whose path is in the error message when the engine does not come up within ``timeout`` seconds.
-    """
-    docker = _docker_module()
-    try:
-        client = docker.from_env(timeout=600)
-        client.ping()
-        return client
-    except Exception as first_error:
-        reason = str(first_error).splitlines()[0][:200]
-        dockerd = shutil.which("dockerd")
-        if not start or dockerd is None or os.geteuid() != 0:
-            how = "start it (`sudo dockerd &` or `sudo systemctl start docker`)"
-            if dockerd is None:
-                how = "install Docker (Debian: apt-get install docker.io) and start it"
-            raise DockerUnavailable(f"cannot reach the Docker engine ({reason}): {how}") from first_error
-    log_file = Path(tempfile.mkstemp(prefix="dockerd-", suffix=".log")[1])
-    log(f"starting dockerd (log: {log_file})")
-    with log_file.open("ab") as handle:
-        subprocess.Popen(
-            [dockerd],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            client = docker.from_env(timeout=600)
-            client.ping()
-            return client
-        except Exception:
-            time.sleep(0.5)
-    raise DockerUnavailable(f"dockerd did not answer within {timeout:.0f} s; see its log {log_file}")
-
-
 def image_exists(client: docker.DockerClient, tag: str) -> bool:
-    docker = _docker_module()
+    docker = docker_sdk()
     try:
         client.images.get(tag)
     except docker.errors.ImageNotFound:
@@ -139,7 +87,7 @@ def image_exists(client: docker.DockerClient, tag: str) -> bool:
 
 def image_id(client: docker.DockerClient, tag: str) -> str:
     """The image's id (``sha256:...``)."""
-    docker = _docker_module()
+    docker = docker_sdk()
     try:
         return str(client.images.get(tag).id)
     except docker.errors.ImageNotFound as error:
@@ -389,7 +337,7 @@ def build_runner_image(
     ``torch_wheel`` (needed when the base has no torch) and ``ca_bundle`` (pip's CA roots while building,
     when the file exists). ``pip_index_url`` overrides the index pip uses in the build.
     """
-    docker = _docker_module()
+    docker = docker_sdk()
     started = time.monotonic()
     root = root or repository_root()
     tag = tag or default_runner_image()
@@ -647,7 +595,7 @@ def remove_stale_edit_images(client: docker.DockerClient, runner_image_id: str) 
     their tags. An earlier runner image is one that is gone or has lost its tag (rebuilt): another runner
     image that still has a tag (a second checkout or version sharing this engine) keeps its edit images.
     Images a running container uses stay."""
-    docker = _docker_module()
+    docker = docker_sdk()
     removed: list[str] = []
     for image in client.images.list(filters={"label": "org.knowgic.runner-image"}):
         built_from = (image.labels or {}).get("org.knowgic.runner-image")
