@@ -199,6 +199,31 @@ class _LogReader:
         self._thread.join(timeout)
 
 
+class _PeakWatcher:
+    """Follows the container's peak memory in a thread, every 10 ms while its cgroup exists.
+
+    A SIGKILL (137) with the engine's OOM flag unset is the kernel's OOM killer hitting a child process,
+    which the engines do not always report (Podman 4.3 at times not even for the main one): it counts as
+    OOM when memory reached the limit. Podman removes the cgroup as soon as the container exits, so the
+    peak is read while it runs, often enough to see a process that fills its limit in a tenth of a second."""
+
+    def __init__(self, container_id: str) -> None:
+        self.peak = 0
+        self._container_id = container_id
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(0.01):
+            self.peak = max(self.peak, _memory_peak(self._container_id) or 0)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(1)
+        self.peak = max(self.peak, _memory_peak(self._container_id) or 0)
+
+
 def _pids_events(container_id: str) -> int | None:
     """How many forks the pids cgroup refused so far (cgroup v1 or v2, cgroupfs or systemd driver)."""
     candidates = (
@@ -320,9 +345,11 @@ def run_sandboxed(
     started = time.monotonic()
     reason: EndReason | None = None
     pids_hit = False
+    peaks: _PeakWatcher | None = None
     reader: _LogReader | None = None
     try:
         container.start()
+        peaks = _PeakWatcher(str(container.id))
         reader = _LogReader(container, limits.log_bytes, on_output)
         deadline = started + limits.timeout_seconds
         while True:
@@ -346,7 +373,8 @@ def run_sandboxed(
         exit_code = state.get("ExitCode")
         oom = bool(state.get("OOMKilled"))
         if reason is None:
-            if oom or (exit_code == 137 and _memory_near_limit(container, limits)):
+            peaks.stop()
+            if oom or (exit_code == 137 and peaks.peak >= 0.95 * limits.memory_bytes):
                 reason = EndReason.OOM_KILLED
             elif pids_hit and exit_code != 0:
                 reason = EndReason.PIDS_LIMIT
@@ -375,27 +403,27 @@ def run_sandboxed(
             limits=limits,
         )
     finally:
+        if peaks is not None:
+            peaks.stop()
         with contextlib.suppress(docker.errors.APIError):
             container.remove(force=True, v=True)
 
 
-def _memory_near_limit(container: Any, limits: SandboxLimits) -> bool:
-    """A SIGKILL (137) with the OOM flag unset: the kernel's OOM killer hit a child process, which the
-    engine does not always report; treat it as OOM only when memory reached the limit (cgroup v1 keeps
-    the peak in memory.max_usage_in_bytes while the container exists)."""
+def _memory_peak(container_id: str) -> int | None:
+    """The container's peak memory so far, from its cgroup (v1 memory.max_usage_in_bytes, v2 memory.peak;
+    Docker's and Podman's paths), while the cgroup exists; None where none is found."""
     for candidate in (
-        f"/sys/fs/cgroup/memory/docker/{container.id}/memory.max_usage_in_bytes",
-        f"/sys/fs/cgroup/docker/{container.id}/memory.peak",
-        f"/sys/fs/cgroup/memory/libpod_parent/libpod-{container.id}/memory.max_usage_in_bytes",
-        f"/sys/fs/cgroup/memory/machine.slice/libpod-{container.id}.scope/memory.max_usage_in_bytes",
-        f"/sys/fs/cgroup/machine.slice/libpod-{container.id}.scope/container/memory.peak",
+        f"/sys/fs/cgroup/memory/docker/{container_id}/memory.max_usage_in_bytes",
+        f"/sys/fs/cgroup/docker/{container_id}/memory.peak",
+        f"/sys/fs/cgroup/memory/libpod_parent/libpod-{container_id}/memory.max_usage_in_bytes",
+        f"/sys/fs/cgroup/memory/machine.slice/libpod-{container_id}.scope/memory.max_usage_in_bytes",
+        f"/sys/fs/cgroup/machine.slice/libpod-{container_id}.scope/container/memory.peak",
     ):
         try:
-            peak = int(Path(candidate).read_text().strip())
+            return int(Path(candidate).read_text().strip())
         except (OSError, ValueError):
             continue
-        return peak >= 0.95 * limits.memory_bytes
-    return False
+    return None
 
 
 def _collect_logs(container: Any, reader: _LogReader, cap: int) -> tuple[str, bool]:
