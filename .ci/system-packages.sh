@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Debian packages the container, PostgreSQL and browser tests need: a Docker engine and debootstrap (the
 # runner's images are built and run for real), a PostgreSQL server (the queue's scale-out path) and
-# Chromium (the leaderboard's browser test). Installs only what is missing; needs root or sudo.
+# Chromium (the leaderboard's browser test), and Slurm with munge (a one-node cluster for the sweep's and the
+# workers' Slurm jobs). Installs only what is missing; needs root or sudo.
 set -euo pipefail
-packages=(docker.io debootstrap postgresql chromium)
+packages=(docker.io debootstrap postgresql chromium slurm-wlm munge)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

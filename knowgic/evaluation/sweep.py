@@ -428,33 +428,27 @@ def run_sweep(
     summary.md is written from all the runs at the end.
     """
 
-    stats = {"stats_corpus": stats_corpus, "stats_samples": stats_samples}
-    with_stats = check_sweep_editors(editors, stats_corpus is not None or stats_samples is not None)
-    check_sweep_folder(out_dir)
+    requests = sweep_requests(
+        model,
+        editors,
+        out_dir,
+        protocol=protocol,
+        mode=mode,
+        dataset_version=dataset_version,
+        limit=limit,
+        dtype=dtype,
+        device=device,
+        stats_corpus=stats_corpus,
+        stats_samples=stats_samples,
+        overwrite=overwrite,
+        seed=seed,
+        protocol_overrides=protocol_overrides,
+    )
     summary_path = out_dir / "summary.md"
-    # Protocol and mode left as None take the spec's defaults (EvaluationRequest's field defaults).
-    chosen = {k: v for k, v in (("protocol", protocol), ("mode", mode)) if v is not None}
-    requests = [
-        EvaluationRequest(
-            model=model,
-            editor=editor,
-            **chosen,
-            dataset_version=dataset_version,
-            limit=limit,
-            dtype=dtype,
-            device=device,
-            seed=seed,
-            protocol_overrides=dict(protocol_overrides or {}),
-            out_dir=run_folder(out_dir, editor),
-            overwrite=overwrite,
-            **(stats if editor in with_stats else {}),
-        )
-        for editor in editors
-    ]
     finished: dict[int, dict[str, Any]] = {}
     for i, request in enumerate(requests):  # every editor and every folder is checked before anything runs
         if not overwrite and request.out_dir is not None and describe_run(request.out_dir) is not None:
-            finished[i] = _finished_run(request)
+            finished[i] = finished_run(request)
         else:
             check_request(request, model=False)
     check_model(model)  # once, last: it may ask the hub
@@ -477,11 +471,60 @@ def run_sweep(
                 f"[{i}/{len(requests)}] {request.editor}: IFR {'–' if ifr is None else f'{ifr:.3f}'}, "
                 f"{how}, {request.out_dir}"
             )
-    table = summary_table(documents)
-    reused_note = f" ({len(finished)} of {len(requests)} editors' runs reused)" if finished else ""
-    table += f"\nSweep wall time: {time.perf_counter() - start:.0f} s{reused_note}.\n"
+    table = sweep_table(documents, time.perf_counter() - start, len(finished))
     write_atomic(summary_path, table.encode("utf-8"))
     return documents, table
+
+
+def sweep_requests(
+    model: str,
+    editors: Sequence[str],
+    out_dir: Path,
+    *,
+    protocol: str | None = None,
+    mode: str | None = None,
+    dataset_version: str | None = None,
+    limit: int | None = None,
+    dtype: str = "float32",
+    device: str = "auto",
+    stats_corpus: str | None = None,
+    stats_samples: int | None = None,
+    overwrite: bool = False,
+    seed: int = 0,
+    protocol_overrides: Mapping[str, Any] | None = None,
+) -> list[EvaluationRequest]:
+    """One request per editor, each into its :func:`run_folder` of ``out_dir`` (checked: the editors and
+    the folder); ``stats_corpus``/``stats_samples`` go to the editors with key statistics only. The same
+    for a sweep run here and one run as Slurm jobs."""
+    stats = {"stats_corpus": stats_corpus, "stats_samples": stats_samples}
+    with_stats = check_sweep_editors(editors, stats_corpus is not None or stats_samples is not None)
+    check_sweep_folder(out_dir)
+    # Protocol and mode left as None take the spec's defaults (EvaluationRequest's field defaults).
+    chosen = {k: v for k, v in (("protocol", protocol), ("mode", mode)) if v is not None}
+    return [
+        EvaluationRequest(
+            model=model,
+            editor=editor,
+            **chosen,
+            dataset_version=dataset_version,
+            limit=limit,
+            dtype=dtype,
+            device=device,
+            seed=seed,
+            protocol_overrides=dict(protocol_overrides or {}),
+            out_dir=run_folder(out_dir, editor),
+            overwrite=overwrite,
+            **(stats if editor in with_stats else {}),
+        )
+        for editor in editors
+    ]
+
+
+def sweep_table(documents: Sequence[Mapping[str, Any]], seconds: float, reused: int) -> str:
+    """summary.md: the :func:`summary_table` of a sweep's runs, in its editors' order, and its wall time."""
+    table = summary_table(documents)
+    reused_note = f" ({reused} of {len(documents)} editors' runs reused)" if reused else ""
+    return table + f"\nSweep wall time: {seconds:.0f} s{reused_note}.\n"
 
 
 def run_folder(out_dir: Path, editor: str) -> Path:
@@ -552,7 +595,7 @@ def _check_same_run(
         )
 
 
-def _finished_run(request: EvaluationRequest) -> dict[str, Any]:
+def finished_run(request: EvaluationRequest) -> dict[str, Any]:
     """The verified run in ``request.out_dir`` when it is one ``request`` would make, else a one-line error."""
     assert request.out_dir is not None
     path = request.out_dir / "results.json"
