@@ -107,7 +107,7 @@ def test_a_slurm_sweep_equals_the_local_one(
         shown = slurm_cluster.run("scontrol", "-o", "show", "job", job)
         assert f"JobName=knowgic-sweep:sweep:{editor} " in shown
     again = _sweep(out, *SLURM_OPTIONS, cache=tmp_path / "cache")  # every run reused, nothing submitted
-    assert again.returncode == 0 and "submitted" not in again.stderr, again.stderr
+    assert again.returncode == 0 and "job(s) (" not in again.stderr, again.stderr
     assert "2 of 2 editors' runs reused" in again.stderr
 
 
@@ -135,14 +135,19 @@ def test_a_cancelled_job_is_rerun_by_the_next_call(
 def test_a_failed_job_is_reported_and_resubmitted_only_on_request(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    """A run that raises on the node (no CUDA device there) is reported with its state and log's tail, and
-    the next call does not resubmit it without --resubmit-failed."""
+    """A key-statistics job that fails on its node (a corpus it cannot read offline) is reported with its
+    state and log's tail, with the editor that needed it; the next call resubmits nothing without
+    --resubmit-failed."""
     out = tmp_path / "sweep"
-    first = _sweep(out, *SLURM_OPTIONS, "--device", "cuda", cache=tmp_path / "cache")
+    corpus = ("--stats-corpus", "wikitext:wikitext-103-raw-v1")
+    first = _sweep(out, *SLURM_OPTIONS, *corpus, cache=tmp_path / "cache")
     assert first.returncode != 0
-    assert "ended without their run" in first.stderr and "the run raised" in first.stderr, first.stderr
-    again = _sweep(out, *SLURM_OPTIONS, "--device", "cuda", "--no-wait", cache=tmp_path / "cache")
-    assert again.returncode != 0 and "submitted" not in again.stderr, again.stderr
+    assert "1 of 2 editors' jobs ended without their run" in first.stderr, first.stderr
+    assert "rome: job" in first.stderr and "its key-statistics job" in first.stderr
+    assert "--resubmit-failed" in first.stderr and "OfflineModeIsEnabled" in first.stderr  # the log's tail
+    assert (out / "none" / "results.json").is_file()  # the other editor's run is kept
+    again = _sweep(out, *SLURM_OPTIONS, *corpus, "--no-wait", cache=tmp_path / "cache")
+    assert again.returncode != 0 and "submitted 1 job" not in again.stderr, again.stderr
 
 
 def test_slurm_workers_drain_a_postgres_queue(

@@ -185,6 +185,25 @@ def _submit(
             f"key statistics of {', '.join(r.editor for r in with_stats)}: job {sweep.stats_job} "
             f"({profile.describe()}); the editors' jobs start after it"
         )
+    # One array; two where some editors wait for the statistics and others need not.
+    later = {r.editor for r in with_stats}
+    for group, dependency in (
+        ([r for r in requests if r.editor not in later], {}),
+        ([r for r in requests if r.editor in later], extra),
+    ):
+        if group:
+            _submit_array(sweep, group, profile, name, dependency, report)
+
+
+def _submit_array(
+    sweep: SlurmSweep,
+    requests: Sequence[EvaluationRequest],
+    profile: SlurmProfile,
+    name: str,
+    extra: Mapping[str, Any],
+    report: Callable[[str], None],
+) -> None:
+    """One held array of the editors' jobs, recorded, each task renamed after its editor, released."""
     executor = slurm_executor(sweep.logs, profile, job_name("knowgic-sweep", name), hold=True, **extra)
     with executor.batch():
         jobs = [executor.submit(run_editor_job, request, str(sweep.stats)) for request in requests]
@@ -226,8 +245,10 @@ def run_slurm_sweep(
         if not overwrite and describe_run(request.out_dir) is not None:
             finished[request.editor] = finished_run(request)
         else:
-            check_request(request, model=False)
+            check_request(request, model=False, here=False)
     check_model(model)
+    if str(settings.get("device", "auto")).startswith("cuda") and profile.gpus == 0:
+        raise KnowgicError(f"--device {settings['device']}: the jobs ask for no GPU; add --slurm-gpus 1")
     sweep = SlurmSweep(out_dir)
     pending = [r for r in requests if r.editor not in finished]
     recorded = {r.editor: sweep.jobs[r.editor] for r in pending if r.editor in sweep.jobs}
@@ -266,11 +287,11 @@ def run_slurm_sweep(
         return None
     failed += _wait(sweep, requests, waiting, finished, progress, poll_seconds)
     if failed:
+        for ended in failed:
+            report(ended.describe())
         raise KnowgicError(
-            f"{len(failed)} of {len(requests)} editors' jobs ended without their run:\n"
-            + "\n".join(e.describe() for e in failed)
-            + "\nrun the same command again: jobs Slurm stopped are resubmitted; add --resubmit-failed to "
-            "resubmit the failed ones too"
+            f"{len(failed)} of {len(requests)} editors' jobs ended without their run (above); run the same "
+            "command again to resubmit the jobs Slurm stopped, with --resubmit-failed the failed ones too"
         )
     documents = [finished[r.editor] for r in requests]
     reused = len(requests) - len(waiting) if wait else 0
