@@ -74,6 +74,9 @@ class ProfileField:
     parse: Callable[[str], Any]
     metavar: str
     help: str
+    text_only: bool = False
+    """In a profile file, the value must be quoted text: YAML reads an unquoted ``4:00:00`` as the
+    base-60 number 14400, which would pass for 14400 minutes."""
 
 
 PROFILE_FIELDS: tuple[ProfileField, ...] = (
@@ -82,7 +85,12 @@ PROFILE_FIELDS: tuple[ProfileField, ...] = (
     ProfileField("cpus", 4, positive_int, "N", "CPUs per job (default 4)"),
     ProfileField("mem", "16G", slurm_memory, "SIZE", "memory per job, e.g. 16G (default 16G)"),
     ProfileField(
-        "time", 120, slurm_minutes, "TIME", "time limit per job: minutes or D-HH:MM:SS (default 120)"
+        "time",
+        120,
+        slurm_minutes,
+        "TIME",
+        "time limit per job: minutes or D-HH:MM:SS (default 120)",
+        text_only=True,
     ),
     ProfileField(
         "account", "", _partition, "NAME", "account to charge (default: the user's default account)"
@@ -176,6 +184,11 @@ def read_profile(path: Path) -> dict[str, Any]:
     for key, value in data.items():
         if key not in declared:
             raise KnowgicError(f"Slurm profile {path}: unknown key {key!r} (known: {', '.join(declared)})")
+        if declared[key].text_only and not isinstance(value, str):
+            raise KnowgicError(
+                f"Slurm profile {path}, key {key}: {value!r} is not quoted text (YAML reads an unquoted "
+                f'4:00:00 as the number 14400); quote it: {key}: "4:00:00", or {key}: "90" for minutes'
+            )
         try:
             values[key] = declared[key].parse(str(value))
         except argparse.ArgumentTypeError as exc:

@@ -47,6 +47,18 @@ def test_a_bad_profile_is_one_line_naming_the_key(tmp_path: Path) -> None:
         slurm_profile(_parse("--slurm-profile", str(profile)))
 
 
+@pytest.mark.parametrize("written", ["4:00:00", "30:00", "90"])
+def test_an_unquoted_time_is_refused_naming_the_file_and_key(tmp_path: Path, written: str) -> None:
+    """YAML reads ``4:00:00`` unquoted as 14400 (base 60): taken as minutes it would ask for ten days."""
+    profile = tmp_path / "gpu.yaml"
+    profile.write_text(f"partition: gpu\ntime: {written}\n")
+    with pytest.raises(KnowgicError, match=r"gpu.yaml, key time: .* is not quoted text") as refused:
+        slurm_profile(_parse("--slurm-profile", str(profile)))
+    assert "\n" not in str(refused.value)
+    profile.write_text(f'partition: gpu\ntime: "{written}"\n')
+    assert slurm_profile(_parse("--slurm-profile", str(profile))).time == slurm_minutes(written)
+
+
 def test_slurm_options_without_the_slurm_executor_are_refused(tmp_path: Path, capsys) -> None:
     code = main(
         ["sweep", "--editors", "none", "--out", str(tmp_path / "s"), "--slurm-gpus", "1", "--no-wait"]
