@@ -94,11 +94,28 @@ class EvaluationRun:
 def make_editor(
     request: EvaluationRequest, editor_cls: type[Editor], loaded: LoadedModel
 ) -> tuple[Editor, dict[str, Any], str | None]:
+    hparams, source = editor_hparams(request, editor_cls, loaded.model_id, loaded.family)
+    try:
+        editor = editor_cls(hparams)
+    except KnowgicError:
+        raise
+    except Exception as exc:
+        raise KnowgicError(
+            f"editor {request.editor!r} rejected its hparams: {type(exc).__name__}: {exc}"
+        ) from exc
+    return editor, hparams, source
+
+
+def editor_hparams(
+    request: EvaluationRequest, editor_cls: type[Editor], model_id: str, family: str | None
+) -> tuple[dict[str, Any], str | None]:
+    """The hparams ``request``'s editor runs with on the model ``model_id`` of ``family`` (what
+    results.json records), and their source; nothing is loaded."""
     method = editor_method_name(request.editor, editor_cls)
     hparams, source = load_hparams(
         method,
-        loaded.model_id,
-        loaded.family,
+        model_id,
+        family,
         path=request.hparams_path,
         editor_schema=editor_cls.hparams_schema,
         required=hparams_required(request.editor, editor_cls),
@@ -111,15 +128,7 @@ def make_editor(
                 f"({source or 'defaults'}) set mom2_adjustment: false, so no key statistics are collected"
             )
         hparams = {**hparams, **overrides}  # recorded in results.json as the hparams the run used
-    try:
-        editor = editor_cls(hparams)
-    except KnowgicError:
-        raise
-    except Exception as exc:
-        raise KnowgicError(
-            f"editor {request.editor!r} rejected its hparams: {type(exc).__name__}: {exc}"
-        ) from exc
-    return editor, hparams, source
+    return hparams, source
 
 
 def pre_edit_scores(

@@ -1,6 +1,7 @@
 """``knowgic sweep --executor slurm``: each editor's run one Slurm job, the table as a local sweep makes it.
 
-    sweep_requests (checked here, nothing loaded) --> finished runs in OUT/<editor>/ are reused
+    sweep_requests (checked here, nothing loaded) --> finished runs in OUT/<editor>/ are reused when they
+      are what the jobs would make (hparams from the model's name, device from --slurm-gpus)
       --> jobs recorded in OUT/.slurm/jobs.json: live ones are waited for, ended ones without a run are
           resubmitted when Slurm interrupted them (CANCELLED, PREEMPTED, NODE_FAIL...) and reported when
           they failed (the run raised, TIMEOUT, OUT_OF_MEMORY) unless --resubmit-failed
@@ -36,8 +37,14 @@ from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate, make_editor
 from knowgic.evaluation.outputs import describe_run, write_atomic
 from knowgic.evaluation.preflight import check_request
-from knowgic.evaluation.sweep import finished_run, sweep_requests, sweep_table
-from knowgic.models.available import check_model
+from knowgic.evaluation.sweep import (
+    check_same_run,
+    finished_run,
+    model_settings,
+    sweep_requests,
+    sweep_table,
+)
+from knowgic.models.available import check_model, model_family
 from knowgic.paths import PROVIDED_STATS_VARIABLE
 from knowgic.slurm import (
     LIVE,
@@ -90,6 +97,23 @@ def compute_stats_job(requests: Sequence[EvaluationRequest], stats_dir: str) -> 
     return done
 
 
+def job_device(device: str, gpus: int) -> str:
+    """The device a run asked on ``device`` records on a node that gives its job ``gpus`` GPUs (a job sees
+    its GPUs from index 0): ``auto`` is the first GPU where the job has one, else the CPU."""
+    if device == "auto":
+        return "cuda:0" if gpus else "cpu"
+    import torch
+
+    resolved = torch.device(device)
+    return str(resolved) if resolved.type == "cpu" or resolved.index is not None else f"{resolved.type}:0"
+
+
+def _stats_key(request: EvaluationRequest) -> str:
+    """What decides the key statistics a request's editor reads: model, dtype, editor, corpus, samples."""
+    parts = (request.model, request.dtype, request.editor, request.stats_corpus, request.stats_samples)
+    return json.dumps(parts)
+
+
 @dataclass(frozen=True)
 class Ended:
     """A job that ended without its run: the editor, job id, Slurm state, why, and its log's tail."""
@@ -119,11 +143,13 @@ class SlurmSweep:
         self.record_path = self.root / JOBS_FILE
         self.jobs: dict[str, str] = {}  # editor -> Slurm job id (ARRAY_INDEX)
         self.stats_job: str | None = None
+        self.stats_for: list[str] = []  # the _stats_key of each request the statistics job computed for
         if self.record_path.is_file():
             try:
                 data = json.loads(self.record_path.read_text(encoding="utf-8"))
                 self.jobs = {str(k): str(v) for k, v in data["jobs"].items()}
                 self.stats_job = data.get("stats_job")
+                self.stats_for = [str(k) for k in data.get("stats_for", [])]
             except (OSError, ValueError, KeyError, AttributeError) as exc:
                 raise KnowgicError(
                     f"{self.record_path} cannot be read ({exc}); remove it to start anew"
@@ -131,13 +157,25 @@ class SlurmSweep:
 
     def save(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        record = {"jobs": self.jobs, "stats_job": self.stats_job}
+        record = {"jobs": self.jobs, "stats_job": self.stats_job, "stats_for": self.stats_for}
         write_atomic(self.record_path, json.dumps(record, indent=1, sort_keys=True).encode("utf-8"))
 
     def _paths(self, job: str) -> Any:
         from submitit.core.utils import JobPaths
 
         return JobPaths(self.logs, job_id=job, task_id=0)
+
+    def stats_computed(self, requests: Sequence[EvaluationRequest]) -> bool:
+        """Whether the recorded statistics job finished (its result, kept in the sweep folder, says so)
+        having computed the key statistics of every one of ``requests``."""
+        if self.stats_job is None or not {_stats_key(r) for r in requests} <= set(self.stats_for):
+            return False
+        try:
+            with self._paths(self.stats_job).result_pickle.open("rb") as fh:
+                outcome, _ = pickle.load(fh)
+        except Exception:  # none, or half-written: not known to have finished
+            return False
+        return bool(outcome == "success")
 
     def ended(self, editor: str, job: str, state: str) -> Ended:
         """What became of ``editor``'s job that ended without its run: its outcome and the log's tail."""
@@ -157,7 +195,7 @@ class SlurmSweep:
                 "TIMEOUT": "out of time (--slurm-time)",
                 "OUT_OF_MEMORY": "out of memory (--slurm-mem)",
             }.get(state, "failed")
-        if not why and self.stats_job is not None:
+        if not why and self.stats_job is not None and not self.stats_computed([]):
             stats_state = job_states([self.stats_job])[self.stats_job]
             if stats_state not in (*LIVE, "COMPLETED"):
                 why = f"its key-statistics job {self.stats_job} ended {stats_state}"
@@ -176,10 +214,15 @@ def _submit(
     """The statistics job (when an editor reads key statistics), then one held array, named, released."""
     sweep.logs.mkdir(parents=True, exist_ok=True)
     extra: dict[str, Any] = {}
-    if with_stats:
+    if with_stats and sweep.stats_computed(with_stats):
+        report(
+            f"key statistics of {', '.join(r.editor for r in with_stats)}: computed by job {sweep.stats_job}"
+        )
+    elif with_stats:
         executor = slurm_executor(sweep.logs, profile, job_name("knowgic-sweep", name, "key-statistics"))
         stats = executor.submit(compute_stats_job, list(with_stats), str(sweep.stats))
         sweep.stats_job = str(stats.job_id)
+        sweep.stats_for = [_stats_key(r) for r in with_stats]
         extra = {"dependency": f"afterok:{sweep.stats_job}", "kill-on-invalid-dep": "yes"}
         report(
             f"key statistics of {', '.join(r.editor for r in with_stats)}: job {sweep.stats_job} "
@@ -246,9 +289,18 @@ def run_slurm_sweep(
             finished[request.editor] = finished_run(request)
         else:
             check_request(request, model=False, here=False)
-    check_model(model)
+    source = check_model(model)
     if str(settings.get("device", "auto")).startswith("cuda") and profile.gpus == 0:
         raise KnowgicError(f"--device {settings['device']}: the jobs ask for no GPU; add --slurm-gpus 1")
+    family = model_family(source)
+    for request in requests:  # what a local sweep checks once the model is loaded, from the model's name
+        if request.editor in finished:
+            device = job_device(request.device, profile.gpus)
+            if family is None:  # a GGUF file's family is known once it is read: its hparams are not
+                expected: dict[str, Any] = {"device": device}
+            else:
+                expected = model_settings(request, source.name, family, device)
+            check_same_run(finished[request.editor], request, expected)
     sweep = SlurmSweep(out_dir)
     pending = [r for r in requests if r.editor not in finished]
     recorded = {r.editor: sweep.jobs[r.editor] for r in pending if r.editor in sweep.jobs}

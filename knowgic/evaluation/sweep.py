@@ -13,7 +13,7 @@ from knowgic.editors.hparams import hparams_sha256
 from knowgic.editors.registry import resolve_editor
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
-from knowgic.evaluation.evaluate import EvaluationRequest, evaluate, make_editor
+from knowgic.evaluation.evaluate import EvaluationRequest, editor_hparams, evaluate
 from knowgic.evaluation.outputs import describe_run, write_atomic
 from knowgic.evaluation.preflight import check_request, check_sweep_editors, check_sweep_folder
 from knowgic.formatting import FEW_EDITS_MARK, UNDEFINED, format_value
@@ -454,7 +454,7 @@ def run_sweep(
     check_model(model)  # once, last: it may ask the hub
     loaded = load_model(model, dtype=dtype, device=device, progress=progress)
     for i, document in finished.items():  # what only the loaded model tells: hparams, device, chat
-        _check_same_run(document, requests[i], _after_load_settings(requests[i], loaded))
+        check_same_run(document, requests[i], _after_load_settings(requests[i], loaded))
     documents = []
     start = time.perf_counter()
     for i, request in enumerate(requests, 1):
@@ -557,11 +557,29 @@ def _expected_settings(request: EvaluationRequest) -> dict[str, Any]:
 
 def _after_load_settings(request: EvaluationRequest, loaded: Any) -> dict[str, Any]:
     """What a run of ``request`` records that only the loaded model tells: hparams, device, chat."""
+    return model_settings(request, loaded.model_id, loaded.family, loaded.device, loaded.is_chat)
 
-    _, hparams, _ = make_editor(request, resolve_editor(request.editor), loaded)
-    settings = {"hparams sha256": hparams_sha256(hparams)[:12], "device": loaded.device}
-    if request.protocol in ("generate", "greedy") and "chat" not in request.protocol_overrides:
-        settings["protocol parameter chat"] = loaded.is_chat
+
+def model_settings(
+    request: EvaluationRequest,
+    model_id: str,
+    family: str | None,
+    device: str | None,
+    is_chat: bool | None = None,
+) -> dict[str, Any]:
+    """What a run of ``request`` records that depends on the model and the machine: the hparams' hash (for
+    ``model_id`` of ``family``), the device and, for the generating protocols, whether the model chats;
+    ``device`` or ``is_chat`` None: not known here, not checked."""
+    hparams, _ = editor_hparams(request, resolve_editor(request.editor), model_id, family)
+    settings: dict[str, Any] = {"hparams sha256": hparams_sha256(hparams)[:12]}
+    if device is not None:
+        settings["device"] = device
+    if (
+        is_chat is not None
+        and request.protocol in ("generate", "greedy")
+        and "chat" not in request.protocol_overrides
+    ):
+        settings["protocol parameter chat"] = is_chat
     return settings
 
 
@@ -579,7 +597,7 @@ def _recorded(document: Mapping[str, Any], name: str) -> Any:
     return c.get(name)
 
 
-def _check_same_run(
+def check_same_run(
     document: Mapping[str, Any], request: EvaluationRequest, expected: Mapping[str, Any]
 ) -> None:
     """Refuse in one line a finished run that another request made: a sweep reuses only what it would make."""
@@ -608,5 +626,5 @@ def finished_run(request: EvaluationRequest) -> dict[str, Any]:
         document = read_results(path)
     except KnowgicError as exc:
         raise KnowgicError(f"{exc}; pass --overwrite to replace the run, or choose another folder") from None
-    _check_same_run(document, request, _expected_settings(request))
+    check_same_run(document, request, _expected_settings(request))
     return document
