@@ -4,7 +4,8 @@ The session fixture :func:`slurm_cluster` writes, in a temporary folder, a munge
 for one node on this host (127.0.0.1, free ports, ``proctrack/linuxproc``, ``task/none``, no cgroup,
 ``select/cons_tres`` with this machine's CPUs and most of its memory, no accounting database), starts
 ``munged``, ``slurmctld`` and ``slurmd`` on it, waits until ``sinfo`` shows the node idle, points
-``$SLURM_CONF`` at it for the session, and stops the three daemons at the end::
+``$SLURM_CONF`` at it for the session, and at the end stops the three daemons and ends every process of
+the cluster left (a job's ``slurmstepd``, its processes), failing the session if any outlives that::
 
     folder/munge.key --> munged (socket folder/munge.sock) <-- slurmctld, slurmd (AuthInfo=socket=...)
     folder/slurm.conf --> $SLURM_CONF --> sbatch, squeue, scancel, sinfo (submitit calls them)
@@ -15,6 +16,7 @@ start a cluster by hand: ``python tests/slurm_cluster.py FOLDER`` (prints the ``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -176,8 +178,58 @@ def start(cluster: SlurmCluster, timeout: float = 60.0) -> None:
         time.sleep(0.5)
 
 
+def cluster_processes(cluster: SlurmCluster) -> dict[int, str]:
+    """Every process of this cluster still alive (pid -> command line): the daemons, the ``slurmstepd`` of
+    its jobs and the jobs' own processes. A process is the cluster's when its environment names this
+    cluster's ``slurm.conf``, or its command line, working folder or an open file lies in the cluster's
+    folder (a folder of its own: another cluster on this host is never matched)."""
+    conf = f"SLURM_CONF={cluster.conf}".encode()
+    folder = str(cluster.folder)
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            if not command:  # a zombie, or a kernel thread
+                continue
+            ours = conf in (entry / "environ").read_bytes().split(b"\0") or folder in command
+            places = [entry / "cwd", *(entry / "fd").iterdir()] if not ours else []
+            ours = ours or any(os.readlink(p).startswith(folder) for p in places if p.is_symlink())
+        except OSError:  # it ended meanwhile, or is not ours to read
+            continue
+        if ours:
+            found[int(entry.name)] = command
+    return found
+
+
+def _end(pids: list[int], wait: float) -> None:
+    """SIGTERM ``pids``, then SIGKILL those still alive ``wait`` seconds later."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait
+        while pids and time.monotonic() < deadline:
+            pids = [pid for pid in pids if Path(f"/proc/{pid}/cmdline").is_file() and _alive(pid)]
+            time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
 def stop(cluster: SlurmCluster) -> None:
-    """Stop the daemons (slurmd first, munged last), each by the pid it wrote."""
+    """Stop the daemons (slurmd first, munged last), each by the pid it wrote, then end every process of
+    the cluster left (a job's ``slurmstepd`` outlives slurmd)."""
+    _stop_daemons(cluster)
+    _end(list(cluster_processes(cluster)), wait=5)
+
+
+def _stop_daemons(cluster: SlurmCluster) -> None:
     for name in reversed(DAEMONS):
         pid_file = cluster.folder / f"{name}.pid"
         try:
@@ -219,7 +271,9 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         else:
             os.environ["SLURM_CONF"] = previous
         stop(cluster)
+        left = cluster_processes(cluster)
         shutil.rmtree(cluster.folder, ignore_errors=True)
+        assert not left, f"processes of the test's Slurm cluster outlived it: {left}"
 
 
 if __name__ == "__main__":
