@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 import knowgic
@@ -24,7 +25,7 @@ from knowgic.editors.base import Editor
 from knowgic.editors.hparams import hparams_sha256, load_hparams
 from knowgic.editors.layer_stats import stats_overrides
 from knowgic.errors import KnowgicError
-from knowgic.evaluation.harness import RunScores, run_edits
+from knowgic.evaluation.harness import RippleScoring, RunScores, run_edits
 from knowgic.evaluation.outputs import environment, write_run_outputs
 from knowgic.evaluation.plan import EvalPlan, build_plan
 from knowgic.evaluation.preflight import DTYPES as DTYPES  # the runner's stages read it here
@@ -37,8 +38,9 @@ from knowgic.models.loading import load_model
 from knowgic.models.threads import cpu_threads
 from knowgic.results import RESULTS_SCHEMA_VERSION, finalize
 from knowgic.scoring import make_scorer
-from knowgic.scoring.base import Scorer, Scores
+from knowgic.scoring.base import Query, Scorer, Scores
 from knowgic.scoring.cache import ScoreCache, queries_sha256
+from knowgic.scoring.continuation import ContinuationScorer
 from knowgic.spec import benchmark_spec
 
 
@@ -130,6 +132,30 @@ def pre_edit_scores(
     use_cache: bool,
 ) -> tuple[Scores, bool, float]:
     """The unedited model's scores of every plan query, from the on-disk cache when present."""
+    return _cached_scores(scorer, loaded, plan.queries, dataset_sha256, use_cache)
+
+
+def ripple_pre_scores(
+    scorer: Scorer, loaded: LoadedModel, plan: EvalPlan, dataset_sha256: str, use_cache: bool
+) -> tuple[Scores, bool, float]:
+    """The unedited model's scores of the plan's ripple condition facts (from the on-disk cache when
+    present), as scores of every ripple query: the others are left unscored (p 0, not known)."""
+    conditions = plan.ripple_conditions
+    scores, cached, seconds = _cached_scores(
+        scorer, loaded, [plan.ripple_queries[i] for i in conditions], dataset_sha256, use_cache
+    )
+    p = np.zeros(len(plan.ripple_queries), dtype=np.float64)
+    known = np.zeros(len(plan.ripple_queries), dtype=bool)
+    p[list(conditions)], known[list(conditions)] = scores.p, scores.known
+    return Scores(p, known), cached, seconds
+
+
+def _cached_scores(
+    scorer: Scorer, loaded: LoadedModel, queries: list[Query], dataset_sha256: str, use_cache: bool
+) -> tuple[Scores, bool, float]:
+    """The unedited model's scores of ``queries``, from the on-disk cache when present."""
+    if not queries:
+        return Scores(np.zeros(0, dtype=np.float64), np.zeros(0, dtype=bool)), False, 0.0
 
     cache = ScoreCache() if use_cache else None
     key = None
@@ -139,15 +165,15 @@ def pre_edit_scores(
             scorer.protocol,
             scorer.params,
             dataset_sha256,
-            queries_sha256(plan.queries),
+            queries_sha256(queries),
             dtype=loaded.dtype,
             device_type=torch.device(loaded.device).type,
         )
         cached = cache.get(key)
-        if cached is not None and len(cached) == len(plan.queries):
+        if cached is not None and len(cached) == len(queries):
             return cached, True, 0.0
     start = time.perf_counter()
-    scores = scorer.score(loaded.model, loaded.tokenizer, plan.queries)
+    scores = scorer.score(loaded.model, loaded.tokenizer, queries)
     seconds = time.perf_counter() - start
     if cache is not None and key is not None:
         cache.put(key, scores)
@@ -199,7 +225,8 @@ def evaluate(
     dataset = open_dataset(request.dataset_version)
     ref = dataset.ref("chains")
     cases = dataset.cases()
-    plan = build_plan(cases, dataset.clean_aliases(), limit=request.limit)
+    ripple_rows = dataset.rows("ripple") if dataset.has_config("ripple") else None
+    plan = build_plan(cases, dataset.clean_aliases(), limit=request.limit, ripple=ripple_rows)
     second = None
     if private is not None:
         second = private_plan(private, cases, ref.version, plan)
@@ -222,6 +249,12 @@ def evaluate(
 
     with cpu_threads(loaded.model, loaded.device) as threads:
         pre, pre_cached, pre_seconds = pre_edit_scores(scorer, loaded, plan, ref.sha256, request.use_cache)
+        ripple = None
+        if plan.has_ripple:
+            ripple_pre, _, ripple_pre_seconds = ripple_pre_scores(
+                scorer, loaded, plan, ref.sha256, request.use_cache
+            )
+            ripple = RippleScoring(ripple_pre, ContinuationScorer())
         torch.manual_seed(request.seed)
         on_edit = None if log is None else edit_logger(editor.name, len(plan.edits), log)
         run = run_edits(
@@ -234,7 +267,10 @@ def evaluate(
             mode=request.mode,
             progress=progress,
             on_edit=on_edit,
+            ripple=ripple,
         )
+        if ripple is not None:
+            run.ripple_seconds += ripple_pre_seconds
         if private is not None and second is not None:
             # After the public edits, on the restored model: the public scores are a run's without it.
             private_pre, _, private_pre_seconds = pre_edit_scores(
@@ -292,6 +328,7 @@ def evaluate(
         "counts": scored["counts"],
         "per_edit": scored["per_edit"],
         "chains": scored["chains"],
+        "ripple": scored["ripple"],
         "uncertainty": scored["uncertainty"],
         "timing": {
             "total_seconds": time.perf_counter() - started,
@@ -300,6 +337,7 @@ def evaluate(
             "pre_scores_cached": pre_cached,
             "edit_seconds": sum(run.edit_seconds.values()),
             "scoring_seconds": run.scoring_seconds,
+            "ripple_seconds": run.ripple_seconds,
         },
     }
     if private is not None and second is not None and run.private is not None:
