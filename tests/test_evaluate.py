@@ -68,7 +68,7 @@ def test_results_document(identity_run) -> None:
         "known_post",
         "restates_edit",
     } == set(doc["chains"][0])
-    assert doc["schema_version"] == "1.5" and doc["uncertainty"]["resamples"] == 2000
+    assert doc["schema_version"] == "1.6" and doc["uncertainty"]["resamples"] == 2000
     assert doc["environment"]["bitwise_reproducible"] is True  # a CPU run
     # Unedited, every active chain is still known step by step: all are still recoverable.
     assert doc["counts"]["recoverable_chains"] == doc["counts"]["active_chains"]
