@@ -133,6 +133,12 @@ def test_accuracy_is_the_greedy_20_token_continuation_containing_the_target(
         means = [sum(v) / len(v) for (_, crit), v in own.items() if crit == c]
         entry = none_run["metrics"]["ripple_accuracy"][c]
         assert entry["value"] == (pytest.approx(sum(means) / len(means)) if means else None)
+    # An RS query is its own condition, which counts only where the greedy continuation names it: an editor
+    # that changes nothing keeps every kept RS test, under both forms.
+    rs = [r for r in kept if r["criterion"] == "RS"]
+    assert rs and all(r["accuracy"] == 1.0 for r in rs)
+    assert none_run["metrics"]["ripple_accuracy"]["RS"]["value"] == 1.0
+    assert none_run["metrics"]["ripple_probability"]["RS"]["value"] == 1.0
 
 
 def test_the_probability_form_compares_target_and_competitor(none_run: dict[str, Any]) -> None:

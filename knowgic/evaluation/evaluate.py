@@ -136,18 +136,30 @@ def pre_edit_scores(
 
 
 def ripple_pre_scores(
-    scorer: Scorer, loaded: LoadedModel, plan: EvalPlan, dataset_sha256: str, use_cache: bool
+    scorer: Scorer,
+    continuation: Scorer,
+    loaded: LoadedModel,
+    plan: EvalPlan,
+    dataset_sha256: str,
+    use_cache: bool,
 ) -> tuple[Scores, bool, float]:
     """The unedited model's scores of the plan's ripple condition facts (from the on-disk cache when
-    present), as scores of every ripple query: the others are left unscored (p 0, not known)."""
-    conditions = plan.ripple_conditions
-    scores, cached, seconds = _cached_scores(
-        scorer, loaded, [plan.ripple_queries[i] for i in conditions], dataset_sha256, use_cache
+    present), as scores of every ripple query: the others are left unscored (p 0, not known).
+
+    A condition fact is known when the run's protocol knows it *and* its greedy continuation names the
+    answer (RippleEdits' own test, ``continuation``): a test is kept only where the unedited model passes
+    the very check its accuracy applies after the edit, so an editor that changes nothing keeps every
+    Preservation and Relation Specificity test, under either form."""
+    conditions = [plan.ripple_queries[i] for i in plan.ripple_conditions]
+    scores, cached, seconds = _cached_scores(scorer, loaded, conditions, dataset_sha256, use_cache)
+    greedy, greedy_cached, greedy_seconds = _cached_scores(
+        continuation, loaded, conditions, dataset_sha256, use_cache
     )
     p = np.zeros(len(plan.ripple_queries), dtype=np.float64)
     known = np.zeros(len(plan.ripple_queries), dtype=bool)
-    p[list(conditions)], known[list(conditions)] = scores.p, scores.known
-    return Scores(p, known), cached, seconds
+    index = list(plan.ripple_conditions)
+    p[index], known[index] = scores.p, scores.known & greedy.known
+    return Scores(p, known), cached and greedy_cached, seconds + greedy_seconds
 
 
 def _cached_scores(
@@ -251,10 +263,11 @@ def evaluate(
         pre, pre_cached, pre_seconds = pre_edit_scores(scorer, loaded, plan, ref.sha256, request.use_cache)
         ripple = None
         if plan.has_ripple:
+            continuation = ContinuationScorer()
             ripple_pre, _, ripple_pre_seconds = ripple_pre_scores(
-                scorer, loaded, plan, ref.sha256, request.use_cache
+                scorer, continuation, loaded, plan, ref.sha256, request.use_cache
             )
-            ripple = RippleScoring(ripple_pre, ContinuationScorer())
+            ripple = RippleScoring(ripple_pre, continuation)
         torch.manual_seed(request.seed)
         on_edit = None if log is None else edit_logger(editor.name, len(plan.edits), log)
         run = run_edits(
