@@ -377,7 +377,7 @@ def print_results(
     from rich.console import Console
     from rich.table import Table
 
-    from knowgic.spec import benchmark_spec
+    from knowgic.spec import benchmark_spec, part_label
 
     metrics_spec = (spec or benchmark_spec()).metrics
     # Piped or logged output gets whole lines rather than a table folded to 80 columns.
@@ -413,7 +413,7 @@ def print_results(
             continue
         for part, sub in entry.items():  # ifr_by_length: one row per chain length
             table.add_row(
-                f"  {label}, n = {part}",
+                f"  {part_label(label, part)}",
                 *_value_cells(sub),
                 str(sub["n"]),
                 _edits_cell(sub),

@@ -99,6 +99,22 @@ def length_columns(spec: BenchmarkSpec) -> tuple[Column, ...]:
     return tuple(sorted(forms, key=lambda c: c.ranked))
 
 
+def ripple_columns(spec: BenchmarkSpec) -> tuple[Column, ...]:
+    """RippleEdits' criteria (the metrics of ``group: ripple``), one column per metric and criterion, in spec
+    order; shown with their intervals and not ranked (optional columns, public data only)."""
+    return tuple(
+        Column(path, f"{m.short} {path.partition('.')[2]} {m.arrow}".replace("  ", " "), m.lower_is_better)
+        for path, m in spec.metric_paths().items()
+        if m.group == "ripple"
+    )
+
+
+RIPPLE_TITLE = (
+    "RippleEdits' criteria (public data; acc.: the greedy continuation contains the target, "
+    "p: p'(target) > p'(competitor)):"
+)
+
+
 def _bootstrap_settings(document: Mapping[str, Any]) -> BootstrapSettings:
     """The settings the run's own intervals used (the defaults for a document without them)."""
     recorded = document.get("uncertainty") or {}
@@ -239,8 +255,8 @@ def summary_table(
     spec: BenchmarkSpec | None = None,
     ranks: SummaryRanks | None = None,
 ) -> str:
-    """Two Markdown tables, one row per run: the headline metrics (with active chains and seconds per edit),
-    then IFR by chain length; every value with its interval, every ranked column's value with its rank
+    """Three Markdown tables, one row per run: the headline metrics (with active chains and seconds per edit),
+    then IFR by chain length, then RippleEdits' criteria (public data, not ranked); every value with its interval, every ranked column's value with its rank
     range among the rows (``#2–4``, :mod:`knowgic.measure.ranks`) and in bold where that range holds rank 1;
     the paper's pooled figures beside the per-edit forms that rank them; a footnote says how.
 
@@ -250,7 +266,7 @@ def summary_table(
     if not documents:
         return "No runs.\n"
     spec = spec or benchmark_spec()
-    headline, lengths = headline_columns(spec), length_columns(spec)
+    headline, lengths, ripple = headline_columns(spec), length_columns(spec), ripple_columns(spec)
     labels = row_labels(documents, sources)
     ranks = ranks or summary_ranks(documents, spec, labels)
     settings = ranks.settings
@@ -277,13 +293,16 @@ def summary_table(
         lines = _table(documents, labels, headline, ranks, ("active chains", "s/edit"), extra)
         lines += ["", "IFR by chain length (chains of n steps):", ""]
         lines += _table(documents, labels, lengths, ranks)
+    if ripple:
+        lines += ["", RIPPLE_TITLE, ""]
+        lines += _table(documents, labels, ripple, SummaryRanks({}, ranks.key, settings))
 
     first = documents[0]
     cfg = first["config"]
     edits = first["counts"]["edits"]
     level = round(100 * settings.level)
     declared = spec.metric_paths()
-    paths = {c.metric: declared[c.metric] for c in (*headline, *lengths)}
+    paths = {c.metric: declared[c.metric] for c in (*headline, *lengths, *ripple)}
     intervals = "; ".join(
         f"{listing(labels)}: {METHODS[method]}"
         + (f", {settings.resamples} resamples, seed {settings.seed}" if method in BOOTSTRAP_METHODS else "")
