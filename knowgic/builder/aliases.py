@@ -5,7 +5,9 @@
       --each candidate: the subject's known facts asked with the candidate in the subject's place,
         scored by the known rule (n_gold as in the graph)--> accepted when
         (1) the model knows more than ``min_agreement`` of those facts under the candidate, and
-        (2) the candidate is no other node of the graph (another subject or answer).
+        (2) the candidate is no other node of the graph, nor holds every word of one, and
+        (3) it carries the subject's facts better than those of its namesake (the other subject sharing
+            most words with it).
 
 RippleEdits' Subject Aliasing asks an edit under its subject's aliases, so the aliases must be names the
 model takes for the subject: an alias of an answer (``aliases.json``) says nothing about that. A name the
@@ -18,6 +20,7 @@ of its own is another entity.
 
 from __future__ import annotations
 
+import random
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -31,6 +34,7 @@ from knowgic.builder.store import Journal
 from knowgic.builder.template_rules import TRAILING, TemplateReader
 from knowgic.builder.validate import fact_query, gold_counts
 
+RULES_VERSION = 2  # part of the stage key: a change of the rules below reruns the stage
 SEPARATORS = re.compile(r"\s*(?:,|;|\bor\b|\band\b)\s*", re.IGNORECASE)
 """Between two names of one answer ("the Boy Who Lived, or the Chosen One")."""
 SENTENCE_END = re.compile(r"(?<=[^\s.][^\s.])\.(?:\s|$)|\n")
@@ -46,15 +50,22 @@ def _fold(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
+def _cut(name: str) -> bool:
+    """A name cut short after an initial ("William H", "Ward W": the model stopped at "William H.")."""
+    last = name.split()[-1].rstrip(".")
+    return len(name.split()) > 1 and len(last) < 2
+
+
 def candidate_names(subject: str, output: str, reader: TemplateReader) -> list[str]:
     """The distinct names the model's continuation gives: its first sentence split at the separators, each
-    stripped of quotes and trailing punctuation; the subject itself and what is no name (a clause, a
-    relation's phrase, over the length limit: :meth:`TemplateReader.is_name`) left out."""
+    stripped of quotes and trailing punctuation; the subject itself, what is no name (a clause, a
+    relation's phrase, over the length limit: :meth:`TemplateReader.is_name`) and a name cut short after
+    an initial left out."""
     first = SENTENCE_END.split(output.strip(), maxsplit=1)[0]
     out: list[str] = []
     for part in SEPARATORS.split(first):
         name = " ".join(part.split()).strip(TRAILING).lstrip("\"'“‘(").strip()
-        if not name or _fold(name) == _fold(subject) or not reader.is_name(name):
+        if not name or _fold(name) == _fold(subject) or not reader.is_name(name) or _cut(name):
             continue
         if _fold(name) not in {_fold(n) for n in out}:
             out.append(name)
@@ -80,46 +91,141 @@ def as_alias(fact: Mapping[str, Any], alias: str) -> dict[str, Any]:
     return {**fact, "subject": alias}
 
 
+def _words(name: str) -> set[str]:
+    return {w for w in re.findall(r"\w+", name.casefold()) if len(w) > 2}
+
+
+def names_other_node(name: str, subject: str, nodes: set[str]) -> bool:
+    """Whether ``name`` is another node of the graph (``nodes``: subjects and answers, case folded) or
+    holds every word of one ("Professor Quirinus Quirrell" holds Professor Quirrell, "Elvis A. Presley"
+    Elvis Presley): a fuller form of another entity's name is that entity's."""
+    folded, own = _fold(name), _fold(subject)
+    words = _words(name)
+    return any(
+        node != own and (node == folded or (_words(node) and _words(node) <= words and node not in own))
+        for node in nodes
+    )
+
+
+def rival(name: str, subject: str, subjects: Sequence[str]) -> str | None:
+    """The other subject whose name shares the most words with ``name`` (first in order on a tie), or None
+    when none shares a word: the entity a namesake candidate may really be ("Ronald B. Weasley" for
+    Hermione Granger is Ron Weasley's)."""
+    mine = _words(name)
+    best, most = None, 0
+    for other in subjects:
+        shared = len(mine & _words(other))
+        if other != subject and shared > most:
+            best, most = other, shared
+    return best
+
+
+class _Asker:
+    """Collects (fact, name) questions and scores them in one scorer call, with n_gold as the graph
+    counts it for the fact's own subject."""
+
+    def __init__(self, gold: Mapping[tuple[str, str], int]) -> None:
+        self.gold = gold
+        self.queries: list[Any] = []
+
+    def ask(self, facts: Sequence[Mapping[str, Any]], name: str) -> slice:
+        at = len(self.queries)
+        self.queries += [
+            fact_query(as_alias(f, name), self.gold.get((f["subject"], f["prompt"]), 1)) for f in facts
+        ]
+        return slice(at, len(self.queries))
+
+    def score(self, loaded: Any, scorer: Any) -> tuple[list[bool], list[float]]:
+        if not self.queries:
+            return [], []
+        scores = scorer.score(loaded.model, loaded.tokenizer, self.queries)
+        return [bool(k) for k in scores.known], [float(x) for x in scores.p]
+
+
 def check_candidates(
     candidates: Sequence[tuple[str, str]],
     by_subject: Mapping[str, Sequence[Mapping[str, Any]]],
     gold: Mapping[tuple[str, str], int],
     nodes: set[str],
+    controls: Mapping[str, Sequence[str]],
     loaded: Any,
     scorer: Any,
     min_agreement: float,
 ) -> list[dict[str, Any]]:
-    """Each (subject, candidate) with its evidence: the subject's distinguishing facts (``by_subject``)
-    scored with the candidate as their subject, n_gold as the graph counts it (``gold``: (subject,
-    template) -> answers), in one scorer call; how many the model knows, whether the candidate names
-    another node of the graph (``nodes``: every subject and answer, case folded), and the verdict."""
-    queries = [
-        fact_query(as_alias(f, name), gold.get((subject, f["prompt"]), 1))
-        for subject, name in candidates
-        for f in by_subject[subject]
-    ]
-    scores = scorer.score(loaded.model, loaded.tokenizer, queries) if queries else None
-    out, at = [], 0
+    """Each (subject, candidate) with its evidence and verdict (the module's rules):
+
+    - ``evidence``: the subject's distinguishing facts (``by_subject``) the model does not know for any of
+      the subject's ``controls`` (other subjects): a fact the model completes the same way whatever the
+      subject ("X is situated in" California) tells no name apart;
+    - ``known``: how many of them the model knows with the candidate as their subject (n_gold as the graph
+      counts it, ``gold``: (subject, template) -> answers);
+    - ``other_node``: the candidate is, or holds every word of, another node of the graph (``nodes``:
+      subjects and answers, folded; :func:`names_other_node`);
+    - ``rival``: the other subject sharing most words with the candidate, and ``rival_known`` of its
+      distinguishing facts known under the candidate: a candidate that carries its namesake's facts as
+      well as the subject's is the namesake's.
+    """
+    subjects = list(by_subject)
+    asker = _Asker(gold)
+    with_candidates = list(dict.fromkeys(s for s, _ in candidates))
+    control_at = {(s, c): asker.ask(by_subject[s], c) for s in with_candidates for c in controls.get(s, ())}
+    plans = []
     for subject, name in candidates:
+        other = rival(name, subject, subjects)
+        plans.append(
+            (
+                subject,
+                name,
+                asker.ask(by_subject[subject], name),
+                other,
+                asker.ask(by_subject[other], name) if other else slice(0, 0),
+            )
+        )
+    known, p = asker.score(loaded, scorer)
+    out = []
+    for subject, name, mine, other, theirs in plans:
         facts = by_subject[subject]
-        known = [bool(k) for k in scores.known[at : at + len(facts)]] if scores else []
-        p = [float(x) for x in scores.p[at : at + len(facts)]] if scores else []
-        at += len(facts)
-        other = _fold(name) in nodes
+        prior = [
+            any(known[control_at[(subject, c)]][i] for c in controls.get(subject, ()))
+            for i in range(len(facts))
+        ]
+        evidence = [i for i in range(len(facts)) if not prior[i]]
+        hits = sum(known[mine][i] for i in evidence)
+        rival_facts = by_subject[other] if other else []
+        rival_hits = sum(known[theirs])
+        share = hits / len(evidence) if evidence else 0.0
+        rival_share = rival_hits / len(rival_facts) if rival_facts else 0.0
+        is_node = names_other_node(name, subject, nodes)
         out.append(
             {
                 "subject": subject,
                 "alias": name,
                 "facts": len(facts),
-                "known": sum(known),
-                "other_node": other,
-                "accepted": bool(facts) and not other and sum(known) > min_agreement * len(facts),
+                "evidence": len(evidence),
+                "known": hits,
+                "other_node": is_node,
+                "rival": other,
+                "rival_facts": len(rival_facts),
+                "rival_known": rival_hits,
+                "accepted": bool(evidence)
+                and not is_node
+                and share > min_agreement
+                and not (rival_facts and rival_share >= share),
                 "scores": [
-                    {"fact_id": f["fact_id"], "p": pi, "known": ki}
-                    for f, pi, ki in zip(facts, p, known, strict=True)
+                    {"fact_id": f["fact_id"], "p": p[mine][i], "known": known[mine][i], "prior": prior[i]}
+                    for i, f in enumerate(facts)
                 ],
             }
         )
+    return out
+
+
+def control_names(subjects: Sequence[str], k: int, seed: int) -> dict[str, list[str]]:
+    """Subject -> ``k`` other subjects, drawn with a generator seeded by (seed, subject)."""
+    out = {}
+    for s in subjects:
+        others = [o for o in subjects if o != s]
+        out[s] = random.Random(f"{seed}:{s}").sample(others, min(k, len(others)))
     return out
 
 
@@ -130,12 +236,13 @@ def subject_aliases(
     spec: BuilderSpec,
     journal: Journal,
     prompts: Sequence[str],
+    seed: int,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Every subject of the graph's ``facts`` (all known), in order of first appearance: the prompt, the
     model's continuation, its candidates with their evidence, and the accepted aliases
     (``aliases``: subject -> names, only subjects with one). ``prompts``: the build's relation templates,
-    whose phrases are no name (:class:`TemplateReader`)."""
+    whose phrases are no name (:class:`TemplateReader`); ``seed``: the build's, for the control subjects."""
     d = spec.defaults
     conf = spec.subject_aliases
     subjects = list(dict.fromkeys(f["subject"] for f in facts))
@@ -156,8 +263,16 @@ def subject_aliases(
     nodes = {_fold(x) for f in facts for x in (f["subject"], f["answer"])}
     rows = {s: {**journal.done[s], "candidates": []} for s in subjects}
     pairs = [(s, name) for s in subjects for name in candidate_names(s, rows[s]["output"], reader)]
+    controls = control_names(subjects, int(conf["controls"]), seed)
     checked = check_candidates(
-        pairs, by_subject, gold_counts(facts), nodes, generator.loaded, scorer, float(conf["min_agreement"])
+        pairs,
+        by_subject,
+        gold_counts(facts),
+        nodes,
+        controls,
+        generator.loaded,
+        scorer,
+        float(conf["min_agreement"]),
     )
     accepted: dict[str, list[str]] = {}
     for c in checked:

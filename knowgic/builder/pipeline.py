@@ -672,13 +672,15 @@ class Build:
     def subject_aliases(self, seeds: dict[str, Any], facts: list[dict[str, Any]]) -> dict[str, Any]:
         """The other names the model knows each subject of the graph by, each validated on the subject's
         known facts (:mod:`knowgic.builder.aliases`)."""
-        from knowgic.builder.aliases import subject_aliases
+        from knowgic.builder.aliases import RULES_VERSION, subject_aliases
 
         prompts = sorted({f["prompt"] for f in facts} | {t["prompt"] for t in seeds["templates"].values()})
         config = {
             **self.model_config(self.cfg.model),
             "protocol": self.protocol,
             "subject_aliases": self.spec.subject_aliases,
+            "rules_version": RULES_VERSION,
+            "seed": self.seed,
             "max_entity_chars": self.spec.defaults["max_entity_chars"],
             "templates": prompts,
             "facts_sha256": sha256_text(rv.dumps(facts)),
@@ -692,6 +694,7 @@ class Build:
                 self.spec,
                 self.store.journal("subject_aliases", key),
                 prompts,
+                self.seed,
                 self.cfg.progress,
             )
 
