@@ -2,9 +2,9 @@
 the subject's facts, written to ``subject_aliases.json`` and used by the ``ripple`` config's Subject
 Aliasing; ``knowgic validate`` checks the file against its schema and rebuilds the queries with it.
 
-The rules are checked on hand-made facts; a real ``knowgic-tiny`` build from the first 40 facts of 1.1.0
-(slow: about a minute) records the alias it validates ("Ronald B. Weasley" for Ron Weasley), rejects a
-wrong one, and its ripple config asks Subject Aliasing under it."""
+The rules are checked on hand-made facts; a real ``knowgic-tiny`` build from 1.1.0's facts about 11
+subjects records the aliases it validates ("Draco Lucius Malfoy" for Draco Malfoy), rejects wrong ones, and
+its ripple config asks Subject Aliasing under them."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from knowgic.builder.aliases import (
+    answer_sets,
     candidate_names,
     check_candidates,
     control_names,
@@ -53,7 +54,9 @@ def test_another_nodes_name_or_a_fuller_form_of_it_is_no_alias() -> None:
     assert names_other_node("Elvis A. Presley", "Priscilla Beaulieu Presley", nodes)
     assert names_other_node("Professor Quirinus Quirrell", "Professor Snape", nodes | {"professor snape"})
     assert names_other_node("Lisa Marie Presley", "Elvis Presley", nodes)
-    assert not names_other_node("Elvis Aaron Presley", "Elvis Presley", {"elvis presley", "priscilla presley"})
+    assert not names_other_node(
+        "Elvis Aaron Presley", "Elvis Presley", {"elvis presley", "priscilla presley"}
+    )
     subjects = ["Ron Weasley", "Hermione Granger", "Ginny Weasley"]
     assert rival("Ronald B. Weasley", "Hermione Granger", subjects) == "Ron Weasley"
     assert rival("The Chosen One", "Harry Potter", subjects) is None
@@ -87,76 +90,89 @@ def test_subject_aliasing_asks_under_the_subject_aliases_given() -> None:
 
 # --- a real build ----------------------------------------------------------------------------------
 
+SEEDS = Path(__file__).parent / "data" / "builder" / "aliases"
+"""1.1.0's 45 facts about 11 subjects (Draco Malfoy, Crabbe, Goyle, Nicole Richie, the Beckhams, ...)."""
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from knowgic.builder.pipeline import BuildConfig, run_build
 
     root = tmp_path_factory.mktemp("aliases")
-    run_build(BuildConfig(model="knowgic-tiny", build_dir=root / "build", out=root / "out", source="1.1.0",
-                          max_seeds=40, edits="all", expand=False, progress=False))  # fmt: skip
+    run_build(BuildConfig(model="knowgic-tiny", build_dir=root / "build", out=root / "out",
+                          seeds_file=SEEDS / "seeds.jsonl", templates_file=SEEDS / "templates.yaml",
+                          expand=False, progress=False))  # fmt: skip
     return root
 
 
-@pytest.mark.slow
+def _stage(built: Path, name: str) -> dict[str, Any]:
+    return json.loads((built / "build" / "stages" / f"{name}.json").read_text(encoding="utf-8"))
+
+
+ACCEPTED = {"Crabbe": ["Vincent Crabbe"], "Draco Malfoy": ["Draco Lucius Malfoy"],
+            "Nicole Richie": ["Nicole Camille Richie"]}  # fmt: skip
+
+
 def test_a_build_records_the_subject_aliases_it_validates(built: Path) -> None:
-    stage = json.loads((built / "build" / "stages" / "subject_aliases.json").read_text(encoding="utf-8"))
-    stage = stage.get("output", stage)
-    assert stage["aliases"] == {"Ron Weasley": ["Ronald B. Weasley"]}
+    stage = _stage(built, "subject_aliases")
+    assert stage["aliases"] == ACCEPTED
     checked = {(r["subject"], c["alias"]): c for r in stage["subjects"] for c in r["candidates"]}
-    ron = checked[("Ron Weasley", "Ronald B. Weasley")]
-    assert ron["accepted"] and ron["known"] * 2 > ron["evidence"] > 0
-    # the sibling the model names for Aidan is a node of the graph; Cruz's "Brooklyn Beckham" carries his
-    # namesake Victoria Beckham's facts as well as his
-    assert checked[("Aidan Clinton Mezvinsky", "Charlotte Clinton Mezvinsky")]["other_node"]
-    assert not checked[("Cruz David Beckham", "Brooklyn Beckham")]["accepted"]
-    assert read_json(built / "out" / SUBJECT_ALIASES_FILE) == {"Ron Weasley": ["Ronald B. Weasley"]}
+    draco = checked[("Draco Malfoy", "Draco Lucius Malfoy")]
+    assert draco["accepted"] and draco["known"] * 2 > draco["evidence"] > 0
+    # a fuller form of another node's name ("David Beckham"); a name that carries its namesake Victoria
+    # Beckham's facts as well as Cruz's
+    assert checked[("Victoria Beckham", "David Robert Joseph Beckham")]["other_node"]
+    brooklyn = checked[("Cruz David Beckham", "Brooklyn Beckham")]
+    assert brooklyn["rival"] == "Victoria Beckham" and not brooklyn["accepted"]
+    assert read_json(built / "out" / SUBJECT_ALIASES_FILE) == {
+        k: v
+        for k, v in ACCEPTED.items()
+        if k in {f["subject"] for f in read_rows(built / "out" / "data" / "facts-test.jsonl")}
+    }
     record = json.loads((built / "out" / "build" / "build.json").read_text(encoding="utf-8"))
-    assert record["counts"]["subject_aliases_accepted"] == 1
+    assert record["counts"]["subject_aliases_accepted"] == 3
     assert record["counts"]["subject_alias_candidates"] == len(checked)
 
 
-@pytest.mark.slow
 def test_a_wrong_alias_is_rejected(built: Path) -> None:
-    """Names that are not Ron Weasley's, checked as his aliases on the build's own facts and model."""
-    from knowgic.builder.validate import gold_counts
+    """Names that are not Draco Malfoy's, checked as his aliases on the build's own facts and model."""
     from knowgic.models.loading import load_model
     from knowgic.scoring import make_scorer
 
-    stage = json.loads((built / "build" / "stages" / "query_validation.json").read_text(encoding="utf-8"))
-    facts = [f for f in stage.get("output", stage)["facts"] if f["validation"]["known"]]
+    facts = [f for f in _stage(built, "query_validation")["facts"] if f["validation"]["known"]]
     subjects = list(dict.fromkeys(f["subject"] for f in facts))
     nodes = {" ".join(x.split()).casefold() for f in facts for x in (f["subject"], f["answer"])}
-    wrong = ["Hermione Granger", "Professor Quirinus Quirrell", "Mark C. Keller"]
+    wrong = ["Vincent Crabbe", "Mark C. Keller", "Professor Quirinus Quirrell", "Ronald B. Weasley"]
     out = check_candidates(
-        [("Ron Weasley", n) for n in ["Ronald B. Weasley", *wrong]],
+        [("Draco Malfoy", n) for n in ["Draco Lucius Malfoy", *wrong]],
         distinguishing_facts(facts),
-        gold_counts(facts),
+        answer_sets(facts),
         nodes,
         control_names(subjects, 3, 0),
         load_model("knowgic-tiny", progress=False),
         make_scorer("logprob"),
         0.5,
     )
-    assert [c["accepted"] for c in out] == [True, False, False, False]
-    assert out[1]["other_node"]  # Hermione is a node of her own
+    assert [c["accepted"] for c in out] == [True, False, False, False, False]
+    assert out[1]["other_node"]  # Vincent Crabbe holds Crabbe, a node of his own
+    assert out[2]["known"] * 2 <= out[2]["evidence"]  # the model does not give Draco's answers for it
 
 
-@pytest.mark.slow
 def test_the_ripple_config_asks_subject_aliasing_under_them(built: Path) -> None:
     import datasets
 
     out = built / "out"
+    named = read_json(out / SUBJECT_ALIASES_FILE)
     rows = datasets.load_dataset(str(out), "ripple", split="test")
     sa = [r for r in rows if r["criterion"] == "SA"]
-    assert sa and {r["subject"] for r in sa} == {"Ronald B. Weasley"}
+    assert sa and {r["subject"] for r in sa} <= {a for v in named.values() for a in v}
     report = validate_path(out)
     assert report.ok, report.render_text()
     assert not {w.code for w in report.warnings} & {"derived_mismatch", "ripple_unbuildable"}
     # a changed subject alias map no longer rebuilds the ripple rows; a malformed one breaks its schema
     path = out / SUBJECT_ALIASES_FILE
-    path.write_text(json.dumps({"Ron Weasley": ["Ronnie"]}), encoding="utf-8")
+    path.write_text(json.dumps({k: ["Someone Else"] for k in named}), encoding="utf-8")
     assert "derived_mismatch" in {w.code for w in validate_path(out).warnings}
-    path.write_text(json.dumps({"Ron Weasley": []}), encoding="utf-8")
+    path.write_text(json.dumps({next(iter(named)): []}), encoding="utf-8")
     report = validate_path(out)
     assert not report.ok and any(e.config == "subject_aliases" for e in report.errors)

@@ -3,7 +3,7 @@
     subject --spec subject_aliases prompt ("{subject} is also known as")--> greedy continuation
       --first sentence, split at "," ";" " or " " and "--> candidate names (names by the template rules)
       --each candidate: the subject's known facts asked with the candidate in the subject's place,
-        scored by the known rule (n_gold as in the graph)--> accepted when
+        scored by the known rule with n_gold = 1--> accepted when
         (1) the model knows more than ``min_agreement`` of those facts under the candidate, and
         (2) the candidate is no other node of the graph, nor holds every word of one, and
         (3) it carries the subject's facts better than those of its namesake (the other subject sharing
@@ -32,9 +32,9 @@ from knowgic.builder.generation import Generator
 from knowgic.builder.spec import BuilderSpec
 from knowgic.builder.store import Journal
 from knowgic.builder.template_rules import TRAILING, TemplateReader
-from knowgic.builder.validate import fact_query, gold_counts
+from knowgic.builder.validate import fact_query
 
-RULES_VERSION = 2  # part of the stage key: a change of the rules below reruns the stage
+RULES_VERSION = 3  # part of the stage key: a change of the rules below reruns the stage
 SEPARATORS = re.compile(r"\s*(?:,|;|\bor\b|\band\b)\s*", re.IGNORECASE)
 """Between two names of one answer ("the Boy Who Lived, or the Chosen One")."""
 SENTENCE_END = re.compile(r"(?<=[^\s.][^\s.])\.(?:\s|$)|\n")
@@ -121,18 +121,22 @@ def rival(name: str, subject: str, subjects: Sequence[str]) -> str | None:
 
 
 class _Asker:
-    """Collects (fact, name) questions and scores them in one scorer call, with n_gold as the graph
-    counts it for the fact's own subject."""
+    """Collects (fact, name) questions and scores them in one scorer call. A fact is asked as its subject's
+    whole answer set for the template (``answers``: (subject, template) -> answers) under ``n_gold`` = 1:
+    the model's greedy continuation must hold one of them. The graph's own rule, top ``n_gold`` first
+    tokens for a one-to-many fact, lets most names pass ("Mark C. Keller's schoolmate is" has Hermione
+    Granger among its four likeliest continuations)."""
 
-    def __init__(self, gold: Mapping[tuple[str, str], int]) -> None:
-        self.gold = gold
+    def __init__(self, answers: Mapping[tuple[str, str], Sequence[str]]) -> None:
+        self.answers = answers
         self.queries: list[Any] = []
 
     def ask(self, facts: Sequence[Mapping[str, Any]], name: str) -> slice:
         at = len(self.queries)
-        self.queries += [
-            fact_query(as_alias(f, name), self.gold.get((f["subject"], f["prompt"]), 1)) for f in facts
-        ]
+        for f in facts:
+            others = [a for a in self.answers.get((f["subject"], f["prompt"]), ()) if a != f["answer"]]
+            asked = {**as_alias(f, name), "aliases": [*f.get("aliases", ()), *others]}
+            self.queries.append(fact_query(asked, 1))
         return slice(at, len(self.queries))
 
     def score(self, loaded: Any, scorer: Any) -> tuple[list[bool], list[float]]:
@@ -142,10 +146,19 @@ class _Asker:
         return [bool(k) for k in scores.known], [float(x) for x in scores.p]
 
 
+def answer_sets(facts: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], list[str]]:
+    """(subject, template) -> the graph's answers for it, in order."""
+    out: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for f in facts:
+        if f["answer"] not in out[(f["subject"], f["prompt"])]:
+            out[(f["subject"], f["prompt"])].append(f["answer"])
+    return dict(out)
+
+
 def check_candidates(
     candidates: Sequence[tuple[str, str]],
     by_subject: Mapping[str, Sequence[Mapping[str, Any]]],
-    gold: Mapping[tuple[str, str], int],
+    answers: Mapping[tuple[str, str], Sequence[str]],
     nodes: set[str],
     controls: Mapping[str, Sequence[str]],
     loaded: Any,
@@ -157,8 +170,8 @@ def check_candidates(
     - ``evidence``: the subject's distinguishing facts (``by_subject``) the model does not know for any of
       the subject's ``controls`` (other subjects): a fact the model completes the same way whatever the
       subject ("X is situated in" California) tells no name apart;
-    - ``known``: how many of them the model knows with the candidate as their subject (n_gold as the graph
-      counts it, ``gold``: (subject, template) -> answers);
+    - ``known``: how many of them the model knows with the candidate as their subject: its greedy
+      continuation holds one of the subject's answers for the template (``answers``, :class:`_Asker`);
     - ``other_node``: the candidate is, or holds every word of, another node of the graph (``nodes``:
       subjects and answers, folded; :func:`names_other_node`);
     - ``rival``: the other subject sharing most words with the candidate, and ``rival_known`` of its
@@ -166,7 +179,7 @@ def check_candidates(
       well as the subject's is the namesake's.
     """
     subjects = list(by_subject)
-    asker = _Asker(gold)
+    asker = _Asker(answers)
     with_candidates = list(dict.fromkeys(s for s, _ in candidates))
     control_at = {(s, c): asker.ask(by_subject[s], c) for s in with_candidates for c in controls.get(s, ())}
     plans = []
@@ -267,7 +280,7 @@ def subject_aliases(
     checked = check_candidates(
         pairs,
         by_subject,
-        gold_counts(facts),
+        answer_sets(facts),
         nodes,
         controls,
         generator.loaded,
