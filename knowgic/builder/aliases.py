@@ -34,7 +34,7 @@ from knowgic.builder.store import Journal
 from knowgic.builder.template_rules import TRAILING, TemplateReader
 from knowgic.builder.validate import fact_query
 
-RULES_VERSION = 3  # part of the stage key: a change of the rules below reruns the stage
+RULES_VERSION = 4  # part of the stage key: a change of the rules below reruns the stage
 SEPARATORS = re.compile(r"\s*(?:,|;|\bor\b|\band\b)\s*", re.IGNORECASE)
 """Between two names of one answer ("the Boy Who Lived, or the Chosen One")."""
 SENTENCE_END = re.compile(r"(?<=[^\s.][^\s.])\.(?:\s|$)|\n")
@@ -91,8 +91,12 @@ def as_alias(fact: Mapping[str, Any], alias: str) -> dict[str, Any]:
     return {**fact, "subject": alias}
 
 
+FUNCTION_WORDS = frozenset({"the", "and", "of", "for", "von", "van", "de"})
+
+
 def _words(name: str) -> set[str]:
-    return {w for w in re.findall(r"\w+", name.casefold()) if len(w) > 2}
+    """The words of a name that can tell it apart (no initials, no function words)."""
+    return {w for w in re.findall(r"\w+", name.casefold()) if len(w) > 2 and w not in FUNCTION_WORDS}
 
 
 def names_other_node(name: str, subject: str, nodes: set[str]) -> bool:
