@@ -46,7 +46,8 @@ def alias_prompt(spec: BuilderSpec, subject: str, chat: bool) -> str:
     return spec.subject_aliases["chat" if chat else "base"].format(subject=subject)
 
 
-def _fold(text: str) -> str:
+def fold(text: str) -> str:
+    """A name as compared: whitespace collapsed, case folded."""
     return " ".join(text.split()).casefold()
 
 
@@ -65,9 +66,9 @@ def candidate_names(subject: str, output: str, reader: TemplateReader) -> list[s
     out: list[str] = []
     for part in SEPARATORS.split(first):
         name = " ".join(part.split()).strip(TRAILING).lstrip("\"'“‘(").strip()
-        if not name or _fold(name) == _fold(subject) or not reader.is_name(name) or _cut(name):
+        if not name or fold(name) == fold(subject) or not reader.is_name(name) or _cut(name):
             continue
-        if _fold(name) not in {_fold(n) for n in out}:
+        if fold(name) not in {fold(n) for n in out}:
             out.append(name)
     return out
 
@@ -103,7 +104,7 @@ def names_other_node(name: str, subject: str, nodes: set[str]) -> bool:
     """Whether ``name`` is another node of the graph (``nodes``: subjects and answers, case folded) or
     holds every word of one ("Professor Quirinus Quirrell" holds Professor Quirrell, "Elvis A. Presley"
     Elvis Presley): a fuller form of another entity's name is that entity's."""
-    folded, own = _fold(name), _fold(subject)
+    folded, own = fold(name), fold(subject)
     words = _words(name)
     return any(
         node != own and (node == folded or (_words(node) and _words(node) <= words and node not in own))
@@ -277,7 +278,7 @@ def subject_aliases(
     generator.generate(texts, int(conf["max_new_tokens"]), on_batch=record)
     bar.close()
     reader = TemplateReader(prompts, int(d["max_entity_chars"]))
-    nodes = {_fold(x) for f in facts for x in (f["subject"], f["answer"])}
+    nodes = {fold(x) for f in facts for x in (f["subject"], f["answer"])}
     rows = {s: {**journal.done[s], "candidates": []} for s in subjects}
     pairs = [(s, name) for s in subjects for name in candidate_names(s, rows[s]["output"], reader)]
     controls = control_names(subjects, int(conf["controls"]), seed)
