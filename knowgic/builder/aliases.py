@@ -2,9 +2,12 @@
 
     subject --spec subject_aliases prompt ("{subject} is also known as")--> greedy continuation
       --first sentence, split at "," ";" " or " " and "--> candidate names (names by the template rules)
-      --each candidate: the subject's known facts asked with the candidate in the subject's place,
-        scored by the known rule with n_gold = 1--> accepted when
-        (1) the model knows more than ``min_agreement`` of those facts under the candidate, and
+      --evidence: the subject's facts no other subject has, that the model does not complete the same
+        way for any of ``controls`` other subjects ("X is situated in" California, whatever X)
+      --each candidate: the evidence facts asked with the candidate in the subject's place, scored by
+        the known rule with n_gold = 1 (the greedy continuation holds one of the subject's answers)-->
+        accepted when
+        (1) the model knows more than ``min_agreement`` of the evidence facts under the candidate, and
         (2) the candidate is no other node of the graph, nor holds every word of one, and
         (3) it carries the subject's facts better than those of its namesake (the other subject sharing
             most words with it).
