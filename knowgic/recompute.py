@@ -5,6 +5,7 @@ one per chain (``chains``) and one per edit (``per_edit``). This module reads th
 the one computation, :func:`knowgic.measure.compute.compute`::
 
     results document ──Records.from_document──> Records ──compute(records, spec)──> metrics, counts
+      (chains, per_edit, and from schema 1.6 the ripple records)
          │                                                          │
          evaluate: writes what compute gives into the document it builds
          check_results(document): lists every stated number its recomputation does not give back
@@ -139,6 +140,10 @@ def check_results(
         fresh_count = recomputed["counts"][key]
         if _differs(counts.get(key), fresh_count, 0.0):
             problems.append(f"counts.{key}: stated {_shown(counts.get(key))}, recomputed {fresh_count}")
+    if "ripple" in recomputed["counts"] and counts.get("ripple") != recomputed["counts"]["ripple"]:
+        problems.append(
+            "counts.ripple: stated counts differ from the ripple records' (recomputed per criterion)"
+        )
     return problems + private_problems(document, tolerance, spec)
 
 

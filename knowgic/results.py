@@ -35,15 +35,16 @@ from knowgic.measure.records import Records
 from knowgic.paths import spec_dir
 from knowgic.schema_errors import error_lines
 
-RESULTS_SCHEMA_VERSION = "1.5"
+RESULTS_SCHEMA_VERSION = "1.6"
 """The version ``knowgic evaluate`` writes."""
-READABLE_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5")
+READABLE_SCHEMA_VERSIONS = ("1.0", "1.1", "1.2", "1.3", "1.4", "1.5", "1.6")
 """Versions this package reads (``spec/schemas/CHANGELOG.md``): 1.0 documents carry no intervals and no
 per-edit sums (shown, never recomputed); 1.1 adds intervals and the per-edit sums; 1.2 the optional
 ``submission`` and ``runner`` objects of runner jobs; 1.3 each metric's interval method, edits, effective
 edits and few-edits flag, and each edit's ``preservation_facts``; 1.4 each interval's ``coverage_unmet``;
 1.5 a private block that publishes only what ranking needs (edit keys, per-edit sums, the flag
-``ifr_gap``)."""
+``ifr_gap``); 1.6 the ripple records and RippleEdits' metrics (``ripple_accuracy``,
+``ripple_probability``)."""
 PRIVATE_SUMS_FROM = "1.5"
 """The oldest schema whose private block ranks: edit keys and per-edit sums, scored on edits of its own. A
 private block of an older schema holds chains of the public edits (a same-edit holdout), per-chain records
@@ -57,7 +58,7 @@ RECOMPUTABLE_FROM = "1.1"
 """The oldest schema whose records give back its metrics (:meth:`ResultsDocument.records`)."""
 MAX_PROBLEMS_SHOWN = 10
 """Schema problems an error lists (each with its JSON pointer, values quoted briefly) before "and N more"."""
-SUMMARY_DROPS = ("per_edit", "chains")
+SUMMARY_DROPS = ("per_edit", "chains", "ripple")
 """What a summary leaves out: the records, which tables and rankings never show."""
 PRIVATE_SUMMARY_DROPS = ("sums", "per_edit", "chains")
 """What a summary leaves out of a private block: its per-edit sums (1.5) or records (1.4 and before)."""
@@ -110,7 +111,10 @@ def migrate(data: Any, where: str) -> Any:
     :attr:`ResultsDocument.recomputable` says. The one shape that changed is the private block: before
     1.5 it held chains of the public edits with their per-chain and per-edit records and an ``ifr_check``;
     it lacks edit keys, per-edit sums and the flag ``ifr_gap``, so it is left as it is, read and shown, and
-    :attr:`ResultsDocument.private_ranks` is false for it (the schema reads each shape by its version). A
+    :attr:`ResultsDocument.private_ranks` is false for it (the schema reads each shape by its version).
+    Before 1.6 a document has no ripple records: its RippleEdits metrics read as null with the reason
+    ``written before ripple scoring`` (:func:`knowgic.measure.compute.metric_entry_at`, for every reader;
+    the hashed content is never rewritten). A
     version this package does not know is refused here, in one line, before the schema's longer message."""
     if isinstance(data, dict):
         version = data.get("schema_version")
@@ -220,7 +224,8 @@ class ResultsDocument(dict[str, Any]):
         return self._data["metrics"]
 
     def metric(self, path: str) -> Mapping[str, Any]:
-        """The metric entry at ``path`` (``"ifr"``, ``"ifr_by_length.2"``)."""
+        """The metric entry at ``path`` (``"ifr"``, ``"ifr_by_length.2"``); a RippleEdits metric of a
+        document written before ripple scoring reads as null with its reason."""
         return metric_entry_at(self._data["metrics"], path)
 
     @property

@@ -49,7 +49,8 @@ class MetricSpec:
     ``direction``: whether lower or higher values are better; ``kind``: one of :data:`KINDS`; ``bounds``:
     the range of its values (``None``: unbounded on that side); ``parts``: the keys of its sub-metrics
     (IFR per chain length), empty for a plain metric; ``of``: the metrics a composite is computed from;
-    ``headline``: a column of the summary tables; ``short``: a table column's header; ``ranked_by``: the
+    ``headline``: a column of the summary tables; ``group``: a set of optional columns the metric belongs
+    to (``ripple``: RippleEdits' criteria; empty: none); ``short``: a table column's header; ``ranked_by``: the
     metric whose per-edit form ranks, marks and compares this one (its own name unless the spec names a
     per-edit form: IFR is the paper's pooled figure, ranked by ``ifr_per_edit``, each edit weighing the
     same).
@@ -67,6 +68,7 @@ class MetricSpec:
     of: tuple[str, ...] = ()
     headline: bool = False
     ranked_by: str = ""
+    group: str = ""
 
     def __post_init__(self) -> None:
         if not self.ranked_by:
@@ -115,6 +117,8 @@ class BenchmarkSpec:
     modes: dict[str, str]  # name -> description, in spec order
     default_mode: str
     metrics: dict[str, MetricSpec]  # in spec order
+    # RippleEdits' accuracy: new tokens of a ripple query's greedy continuation (knowgic.scoring.continuation).
+    ripple_max_new_tokens: int = 20
 
     def metric_versions(self) -> dict[str, int]:
         return {name: m.version for name, m in self.metrics.items()}
@@ -133,12 +137,13 @@ class BenchmarkSpec:
         return self.metrics.get(path.partition(".")[0])
 
     def path_label(self, path: str) -> str:
-        """``"IFR by chain length, n = 2"`` for a part, the label for a plain metric, ``path`` if undeclared."""
+        """``"IFR by chain length, n = 2"`` for a part (``"RippleEdits accuracy, LG"`` for a named one), the label
+        for a plain metric, ``path`` if undeclared."""
         head, _, part = path.partition(".")
         metric = self.metrics.get(head)
         if metric is None:
             return path
-        return f"{metric.label}, n = {part}" if part else metric.label
+        return part_label(metric.label, part)
 
     def protocol(self, name: str) -> ProtocolSpec:
         if name not in self.protocols:
@@ -146,6 +151,14 @@ class BenchmarkSpec:
                 f"unknown scoring protocol {name!r}; known: {', '.join(sorted(self.protocols))}"
             )
         return self.protocols[name]
+
+
+def part_label(label: str, part: str) -> str:
+    """A metric's label with its part: ``"IFR by chain length, n = 2"`` (a chain length),
+    ``"RippleEdits accuracy, LG"`` (a named part); the label alone for no part."""
+    if not part:
+        return label
+    return f"{label}, n = {part}" if part.isdigit() else f"{label}, {part}"
 
 
 def _schema_problem(data: Any) -> str | None:
@@ -172,6 +185,7 @@ def _metric(name: str, entry: dict[str, Any]) -> MetricSpec:
         of=tuple(entry.get("of", ())),
         headline=entry.get("headline", False),
         ranked_by=str(entry.get("ranked_by", name)),
+        group=str(entry.get("group", "")),
     )
 
 
@@ -250,6 +264,7 @@ def read_spec(path: Path | None = None) -> BenchmarkSpec:
         modes={str(k): str(v).strip() for k, v in data["modes"].items()},
         default_mode=data["default_mode"],
         metrics=metrics,
+        ripple_max_new_tokens=int(data["ripple"]["max_new_tokens"]),
     )
 
 

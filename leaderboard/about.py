@@ -27,11 +27,17 @@ def paper_bibtex() -> str:
 
 def _metric_lines(columns: Columns) -> list[str]:
     """The table's metrics, from their declarations: the compact view first, then the other headline
-    metrics, then the parts of IFR by chain length as one line ("IFR n=1…5")."""
+    metrics, then the parts of IFR by chain length as one line ("IFR n=1…5"), then each optional metric
+    with its parts ("RippleEdits accuracy (LG, CI, …): optional columns")."""
     shown = [(c.label, c) for c in dict.fromkeys((*columns.default, *columns.metrics))]
     if columns.parts:
         first, last = columns.parts[0], columns.parts[-1]
         shown.append((f"{first.label}…{last.part}", first))
+    optional = {c.metric.name: c for c in columns.optional}
+    for name, column in optional.items():
+        parts = ", ".join(c.part for c in columns.optional if c.metric.name == name and c.part)
+        label = f"{column.metric.label} ({parts})" if parts else column.metric.label
+        shown.append((f"{label}, optional columns", column))
     lines = ["| Metric | Better | What it measures |", "| --- | --- | --- |"]
     for label, column in shown:
         lines.append(
@@ -42,7 +48,9 @@ def _metric_lines(columns: Columns) -> list[str]:
 
 def _interval_lines(columns: Columns) -> list[str]:
     """One line per interval method, with the table's metrics it is used for."""
-    declared = {c.path: c.metric for c in (*columns.default, *columns.metrics, *columns.parts)}
+    declared = {
+        c.path: c.metric for c in (*columns.default, *columns.metrics, *columns.parts, *columns.optional)
+    }
     return [
         f"- {', '.join(labels)}: {METHODS[method]}."
         for method, labels in methods_for(declared, METHOD_BY_KIND)

@@ -636,6 +636,7 @@ class DetailTab:
             self.body,
             self.records,
             self.metrics,
+            self.ripple,
             self.heatmap,
             self.per_edit,
             self.edit_choice,
@@ -654,6 +655,14 @@ class DetailTab:
             max_height=1200,  # every metric at once: no scrolling inside the table
             column_widths=["200px", "80px", "60px", "160px", "90px", "auto"],
             elem_id="kg-detail-metrics",
+        )
+        # RippleEdits' six criteria, one line each, where the run scored the version's ripple config.
+        self.ripple = gr.Dataframe(
+            label="RippleEdits' criteria (tests kept after their conditions on the unedited model)",
+            interactive=False,
+            wrap=True,
+            visible=False,
+            elem_id="kg-detail-ripple",
         )
         with gr.Column(visible=False, elem_id="kg-detail-records") as self.records:
             self.download = gr.File(
@@ -691,6 +700,7 @@ class DetailTab:
             gr.Column(visible=metrics is not None),
             gr.Column(visible=False),
             views.metrics_frame(None, None, self.state.columns) if metrics is None else metrics,
+            gr.Dataframe(value=None, visible=False),
             plots.heatmap_figure([], "", self.state.columns),
             views.per_edit_frame({}, self.state.columns),
             gr.Dropdown(choices=[], value=None),
@@ -719,6 +729,7 @@ class DetailTab:
             return self._without_document(f"<p>{html.escape(str(exc))}</p>", None)
         choices = views.edit_choices(document)
         first = choices[0][1] if choices else None
+        ripple = views.ripple_frame(document, columns)
         files = [str(self._copy(row.entry.results_file, f"results-{row.entry.results_sha256[:16]}.json"))]
         sha = row.entry.submission_sha256
         archive = state.store.submission_path(sha) if sha else None
@@ -729,6 +740,7 @@ class DetailTab:
             gr.Column(visible=True),
             gr.Column(visible=True),
             views.metrics_frame(row, document, columns),
+            gr.Dataframe(value=ripple, visible=ripple is not None),
             plots.heatmap_figure(
                 document["per_edit"][: views.DETAIL_ROWS],
                 f"{row.model} · {row.editor}: per-edit metrics",

@@ -6,6 +6,8 @@
         .metrics    the headline metrics, in spec order, each paper's figure that ranks by another form
                     (pooled IFR, Preservation) followed by that form: the table's metric columns
         .parts      the parts of ifr_by_length (IFR n=1 … n=5): a column group to switch on
+        .optional   the metrics declared in a ``group`` (RippleEdits' criteria: accuracy and probability
+                    form, one column per criterion): columns to switch on, never in the default view
         .rank       the composite (deep-editing score): what ranks are computed on and the default sort
         .default    the compact default view: the rank metric's ``of``, each with its paper's figure or
                     ranked form beside it, and the rank metric itself
@@ -66,7 +68,13 @@ class MetricColumn:
     def label(self) -> str:
         """The column's header: the declared label, or the short header and the part ("IFR n=" + "2"); a
         paper's figure says so ("IFR (paper)")."""
-        label = f"{self.metric.short}{self.part}" if self.part else self.metric.label
+        short = self.metric.short
+        # "IFR n=" + "2" reads as one header; "Ripple acc." + "LG" needs a space between them.
+        label = (
+            (f"{short}{self.part}" if short.endswith("=") else f"{short} {self.part}")
+            if self.part
+            else self.metric.label
+        )
         return f"{label} ({PAPER})" if self.paper else label
 
     @property
@@ -91,6 +99,7 @@ class Columns:
     rank: MetricColumn
     declared: tuple[MetricColumn, ...]
     compact: tuple[MetricColumn, ...] = ()  # the rank metric's parts, each with its paper's or ranked form
+    optional: tuple[MetricColumn, ...] = ()  # the metrics of a declared group, each part a column
 
     @classmethod
     def from_spec(
@@ -110,12 +119,18 @@ class Columns:
             rank=declared[rank],
             declared=tuple(declared.values()),
             compact=tuple(declared[p] for p, _ in with_paper_forms(spec, declared[rank].metric.of)),
+            optional=tuple(c for c in declared.values() if c.metric.group and (c.part or not c.metric.parts)),
         )
 
     @property
     def table(self) -> tuple[MetricColumn, ...]:
-        """Every metric column of the table, in order: the headline metrics, then the parts."""
-        return (*self.metrics, *self.parts)
+        """Every metric column of the table, in order: the headline metrics, the parts of IFR by length,
+        then the optional groups' columns."""
+        return (*self.metrics, *self.parts, *self.optional)
+
+    def group(self, name: str) -> tuple[MetricColumn, ...]:
+        """The optional columns of the metrics declared in group ``name`` (``"ripple"``)."""
+        return tuple(c for c in self.optional if c.metric.group == name)
 
     @property
     def default(self) -> tuple[MetricColumn, ...]:

@@ -35,6 +35,7 @@ from knowgic.leaderboard.table import (
     links_html,
     row_label,
 )
+from knowgic.ripple.queries import CRITERIA
 from knowgic.runner.store.store import StoreFileError
 
 # The per-edit table: these columns, with the per-edit metrics the records carry between them.
@@ -153,6 +154,41 @@ def metrics_frame(
     return pd.DataFrame.from_records(records, columns=headers).astype(
         {"n": "object", **({"Private n": "object"} if private_metrics is not None else {})}
     )
+
+
+RIPPLE_GROUP = "ripple"
+"""The declared group of RippleEdits' criteria (``group: ripple`` in spec/benchmark.yaml)."""
+
+
+def ripple_frame(document: Mapping[str, Any] | None, columns: Columns | None = None) -> pd.DataFrame | None:
+    """RippleEdits' criteria of a result, one line per criterion: its tests (kept after the conditions, of
+    all), those its conditions dropped, and each metric of the ``ripple`` group with its interval and n;
+    None where the document scored no ripple queries (written before, or no ripple config)."""
+    columns = columns or leaderboard_columns()
+    counts = ((document or {}).get("counts") or {}).get(RIPPLE_GROUP)
+    group = columns.group(RIPPLE_GROUP)
+    if not isinstance(counts, Mapping) or not group:
+        return None
+    labels = {c.metric.name: c.metric.label for c in group}
+    records = []
+    for part in dict.fromkeys(c.part for c in group):
+        count = counts.get(part) or {}
+        record: dict[str, Any] = {
+            "Criterion": f"{CRITERIA.get(part, part)} ({part})",
+            "Tests": f"{count.get('kept', 0)} of {count.get('queries', 0)}",
+            "Dropped": count.get("dropped_by_conditions", 0),
+        }
+        notes = []
+        for name, label in labels.items():
+            entry = _entry_at(document["metrics"], f"{name}.{part}")
+            record[label] = _value(entry.get("value"))
+            record[f"{label}: interval"] = _interval(entry)
+            record[f"{label}: n"] = entry.get("n")
+            if entry.get("value") is None:
+                notes.append(f"{label}: {undefined_text(entry)}")
+        record["Note"] = "; ".join(dict.fromkeys(notes))
+        records.append(record)
+    return pd.DataFrame.from_records(records).astype("object")
 
 
 def _entry_at(metrics: Mapping[str, Any], path: str) -> Mapping[str, Any]:

@@ -7,6 +7,7 @@
     knowgic runner worker [--gpus auto]   claim and run jobs until stopped (one worker per GPU host)
           [--engine podman]               through Podman's Docker-compatible socket (runner/host/engine.py)
           [--private-dataset PATH]        score a private split too (mounted into the score stage only)
+    knowgic runner slurm-workers N        N workers as Slurm jobs, each leaving when the queue is empty
     knowgic runner status [--json]        every job and its state
     knowgic runner logs JOB               a job's log
     knowgic runner requeue JOB            run a FAILED or CANCELLED job again
@@ -71,6 +72,7 @@ from knowgic.runner.queue.states import (
 )
 from knowgic.runner.store.signing import add_signing_key_option, load_signer
 from knowgic.runner.store.store import ResultsStore
+from knowgic.slurm import add_slurm_options, slurm_profile
 
 # Imported where a command runs, not here: SQLAlchemy (the queue, the worker) and docker (the containers)
 # are the runner extra, and `knowgic --help` builds this parser without it; torch, only to name the host's
@@ -222,6 +224,32 @@ def _worker(args: argparse.Namespace) -> int:
         signer=signer,
     )
     report(f"worker {worker_id} ran {handled} job(s)")
+    return 0
+
+
+def _slurm_workers(args: argparse.Namespace) -> int:
+    from knowgic.runner.slurm_workers import submit_workers
+
+    profile = slurm_profile(args)
+    signer = load_signer(args.signing_key)  # the nodes read the same path: a shared file system
+    if args.grace <= args.heartbeat:
+        raise KnowgicError(f"--grace {args.grace:g} must be longer than --heartbeat {args.heartbeat:g}")
+    store = _store(args)
+    url = _queue_url(args, store)
+    from knowgic.runner.queue.queue import check_queue_url
+
+    check_queue_url(url)
+    worker_args = [
+        *("--store", str(store.root.absolute()), "--db", url, "--gpus", args.gpus),
+        *("--heartbeat", f"{args.heartbeat:g}", "--grace", f"{args.grace:g}", "--poll", f"{args.poll:g}"),
+        *("--signing-key", str(signer.path.absolute())),
+    ]
+    if args.private_dataset is not None:
+        worker_args += ["--private-dataset", str(args.private_dataset.absolute())]
+    folder = store.root / "slurm-workers"
+    jobs = submit_workers(args.count, worker_args, profile, folder)
+    print(f"submitted {len(jobs)} worker job(s) ({profile.describe()}): {', '.join(jobs)}")
+    print(f"queue {url.split('@')[-1]}, store {store.root}; logs in {folder}")
     return 0
 
 
@@ -490,6 +518,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_engine_option(w)
     add_signing_key_option(w)
     w.set_defaults(func=_worker)
+
+    sw = sub.add_parser(
+        "slurm-workers",
+        help="submit N workers as Slurm jobs; each runs jobs until none is waiting, or its time is up",
+        description="Submit N Slurm jobs (one array, through submitit), each running `knowgic runner worker "
+        "--drain` against the queue: it leaves when no job is waiting, and hands its job back when Slurm stops "
+        "it (scancel, the time limit). The queue must be reachable from every node (PostgreSQL), the store "
+        "and the signing key on a shared file system.",
+    )
+    sw.add_argument("count", type=positive_int, metavar="N", help="how many worker jobs")
+    _common(sw)
+    sw.add_argument(
+        "--gpus", choices=("auto", "all", "none"), default="auto", help="the workers' --gpus (default auto)"
+    )
+    sw.add_argument(
+        "--private-dataset", type=Path, default=None, metavar="PATH", help="the workers' --private-dataset"
+    )
+    sw.add_argument(
+        "--heartbeat",
+        type=positive_seconds,
+        default=DEFAULT_HEARTBEAT_SECONDS,
+        metavar="SECONDS",
+        help=f"the workers' --heartbeat (default {DEFAULT_HEARTBEAT_SECONDS:g})",
+    )
+    sw.add_argument(
+        "--grace",
+        type=positive_seconds,
+        default=DEFAULT_GRACE_SECONDS,
+        metavar="SECONDS",
+        help=f"the workers' --grace (default {DEFAULT_GRACE_SECONDS:g})",
+    )
+    sw.add_argument(
+        "--poll",
+        type=positive_seconds,
+        default=DEFAULT_POLL_SECONDS,
+        metavar="SECONDS",
+        help=f"the workers' --poll (default {DEFAULT_POLL_SECONDS:g})",
+    )
+    add_signing_key_option(sw)
+    add_slurm_options(sw.add_argument_group("Slurm", "each worker job's resources"))
+    sw.set_defaults(func=_slurm_workers)
 
     st = sub.add_parser(
         "status", help="list the jobs and their states", description="One line per job, then counts."

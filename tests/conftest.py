@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
-# The tests marked `container` get the Docker engine and the runner images from here.
-pytest_plugins = ["tests.container_fixtures"]
+# The tests marked `container` get the Docker engine and the runner images from here, those marked `slurm`
+# a one-node Slurm cluster.
+pytest_plugins = ["tests.container_fixtures", "tests.slurm_cluster"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM_CHAINS = REPO_ROOT / "knowgic" / "dataset" / "upstream" / "chains.json"

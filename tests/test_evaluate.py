@@ -68,7 +68,7 @@ def test_results_document(identity_run) -> None:
         "known_post",
         "restates_edit",
     } == set(doc["chains"][0])
-    assert doc["schema_version"] == "1.5" and doc["uncertainty"]["resamples"] == 2000
+    assert doc["schema_version"] == "1.6" and doc["uncertainty"]["resamples"] == 2000
     assert doc["environment"]["bitwise_reproducible"] is True  # a CPU run
     # Unedited, every active chain is still known step by step: all are still recoverable.
     assert doc["counts"]["recoverable_chains"] == doc["counts"]["active_chains"]
@@ -166,7 +166,8 @@ def test_float32_and_bfloat16_runs_use_different_cache_entries(knowgic_tiny, tmp
     assert not f32.document["timing"]["pre_scores_cached"]
     # The float32 entry is not reused for bfloat16: its own scores are computed and stored beside it.
     assert not bf16.document["timing"]["pre_scores_cached"]
-    assert len(list((tmp_path / "cache" / "scores").rglob("*.json"))) == 2
+    # Two entries per dtype: the plan's queries and the ripple queries' condition facts.
+    assert len(list((tmp_path / "cache" / "scores").rglob("*.json"))) == 4
     assert bf16.document["config"]["dtype"] == "bfloat16"
     again = evaluate(bf16_request, progress=False, loaded=bf16_model)
     assert again.document["timing"]["pre_scores_cached"]
@@ -359,7 +360,7 @@ def test_cli_sweep_reports_each_editor_and_writes_the_table(knowgic_tiny, tmp_pa
     table = (out / "summary.md").read_text(encoding="utf-8")
     assert table.strip() in captured.out
     rows = [line for line in table.splitlines() if line.startswith("| none") or line.startswith("| ice")]
-    assert len(rows) == 4  # the headline table and the IFR-by-length table
+    assert len(rows) == 6  # the headline table, the IFR-by-length table and RippleEdits' criteria
     assert (out / "none" / "results.json").is_file() and (out / "ice" / "results.json").is_file()
 
 
@@ -377,13 +378,13 @@ def test_summarize_joins_separate_runs_and_refuses_mismatches(knowgic_tiny, tmp_
     out = capsys.readouterr().out
     assert code == 0
     rows = [line for line in out.splitlines() if line.startswith("| ")]
-    assert [r.split("|")[1].strip() for r in rows if not r.startswith("| editor")] == ["none", "ice"] * 2
+    assert [r.split("|")[1].strip() for r in rows if not r.startswith("| editor")] == ["none", "ice"] * 3
     assert set(rows) <= set(swept.splitlines())
     assert table_file.read_text(encoding="utf-8").strip() == out.strip()
     # A sweep folder stands for all its runs.
     assert _run_main(["summarize", str(sweep)]) == 0
     printed = capsys.readouterr().out.splitlines()
-    assert len([r for r in printed if r.startswith("| ") and not r.startswith("| editor")]) == 4
+    assert len([r for r in printed if r.startswith("| ") and not r.startswith("| editor")]) == 6
 
     # A run on a different slice of the benchmark cannot share the table.
     other = tmp_path / "other"

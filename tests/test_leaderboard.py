@@ -266,6 +266,18 @@ def test_columns_are_keyed_by_metric_path_and_read_from_the_spec_on_first_use() 
         and columns["preservation"].direction == "higher"
     )
     assert columns["preservation_macro"].label == "Preservation (macro)"
+    # RippleEdits' criteria: optional columns, one per form and criterion, never in the default view.
+    ripple = [c.path for c in columns.group("ripple")]
+    assert ripple == [
+        f"{name}.{part}"
+        for name in ("ripple_accuracy", "ripple_probability")
+        for part in spec.metrics[name].parts
+    ]
+    assert [c.path for c in columns.optional] == ripple and set(ripple) <= {c.path for c in columns.table}
+    assert columns["ripple_accuracy.LG"].label == "Ripple acc. LG"
+    from knowgic.leaderboard.table import column_headers, default_columns
+
+    assert not set(ripple) & set(default_columns(columns)) and set(ripple) <= set(column_headers(columns))
     assert [c.label for c in columns.per_edit][:2] == [
         "IFR",
         "IFR (per edit)",
@@ -413,6 +425,19 @@ def test_filter_search_sort_and_columns(served, board_store) -> None:
     assert _ids(headers, _rows) == ["reported-llama-3-8b-alphaedit"]
     headers, rows, _ = table(client, columns=["model", "editor", "ifr_by_length.3", "row_id"])
     assert headers == ["Rank", "Editor", "IFR n=3 (paper)", "Id"]  # the model column holds one value: hidden
+    headers, rows, _ = table(client, columns=["editor", "ripple_accuracy.RS", "ripple_probability.SA"])
+    assert headers == ["Rank", "Editor", "Ripple acc. RS", "Ripple p SA"]
+    from knowgic.formatting import format_number
+
+    rome = [
+        c
+        for e, c in zip(
+            _column(headers, rows, "Editor"), _column(headers, rows, "Ripple acc. RS"), strict=True
+        )
+        if ">rome<" in e
+    ]
+    value = _doc(board_store, "rome")["metrics"]["ripple_accuracy"]["RS"]["value"]
+    assert len(rome) == 1 and (value is None or f">{format_number(value, 3)}<" in rome[0])
     headers, rows, _ = table(client, model=ALL_MODELS, columns=["model", "editor", "ifr"])
     assert headers == ["Editor", "IFR (paper)"]  # every stored run is of knowgic-tiny; no ranks across models
 
@@ -447,7 +472,7 @@ def test_detail_view_of_a_run(served, board_store) -> None:
     _, client = served
     entry = board_store.entries["rome"]
     doc = _doc(board_store, "rome")
-    header, metrics, heatmap, per_edit, _edits, chains, config, provenance, environment, download = (
+    header, metrics, ripple, heatmap, per_edit, _edits, chains, config, provenance, environment, download = (
         client.predict(entry, api_name="/detail")
     )
     assert "knowgic-tiny · rome" in header and f"?result={entry}" in header
@@ -466,6 +491,24 @@ def test_detail_view_of_a_run(served, board_store) -> None:
     assert environment == doc["environment"]
     assert [Path(f).read_bytes() for f in download] == [board_store.runs["rome"].read_bytes()]
     assert json.loads(heatmap["plot"])["data"][0]["type"] == "heatmap"
+    # RippleEdits' six criteria, one line each: the tests kept and dropped, both forms with n.
+    from knowgic.leaderboard.columns import leaderboard_columns
+    from knowgic.ripple.queries import CRITERIA
+
+    assert ripple["visible"] is True
+    ripple = ripple["value"]
+    assert [r[0] for r in ripple["data"]] == [f"{name} ({c})" for c, name in CRITERIA.items()]
+    counts = doc["counts"]["ripple"]
+    for row, criterion in zip(ripple["data"], CRITERIA, strict=True):
+        line = dict(zip(ripple["headers"], row, strict=True))
+        assert line["Tests"] == f"{counts[criterion]['kept']} of {counts[criterion]['queries']}"
+        assert line["Dropped"] == counts[criterion]["dropped_by_conditions"]
+        for name in ("ripple_accuracy", "ripple_probability"):
+            figure = doc["metrics"][name][criterion]
+            label = leaderboard_columns()[f"{name}.{criterion}"].metric.label
+            shown = "–" if figure["value"] is None else f"{figure['value']:.4f}"
+            assert line[label] == shown and line[f"{label}: n"] == figure["n"]
+    assert any(counts[c]["kept"] for c in CRITERIA)  # the two edits have tests that count
     second = doc["per_edit"][1]["edit_id"]
     chains2 = client.predict(entry, second, api_name="/chains")
     assert [r[0] for r in chains2["data"]] == [c["case_id"] for c in doc["chains"] if c["edit_id"] == second]

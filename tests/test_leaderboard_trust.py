@@ -132,7 +132,7 @@ def test_edited_metrics_and_entryless_files_are_listed_as_skipped(hostile_served
 
 def test_the_detail_view_sends_a_bounded_page(hostile_served, hostile, monkeypatch) -> None:
     _app, client = hostile_served
-    per_edit = client.predict(hostile["long"], api_name="/detail")[3]
+    per_edit = client.predict(hostile["long"], api_name="/detail")[4]
     subject = per_edit["data"][0][per_edit["headers"].index("subject")]
     assert (
         subject.startswith("S" * views.CELL_CHARS) and "(100,000 characters; download results.json" in subject
@@ -141,7 +141,9 @@ def test_the_detail_view_sends_a_bounded_page(hostile_served, hostile, monkeypat
 
     # Long tables: the first DETAIL_ROWS rows, and a last row that says how many more there are.
     monkeypatch.setattr(views, "DETAIL_ROWS", 1)
-    _h, _m, _heat, per_edit, _choice, chains, *_ = client.predict(hostile["long"], api_name="/detail")
+    _h, _m, _ripple, _heat, per_edit, _choice, chains, *_ = client.predict(
+        hostile["long"], api_name="/detail"
+    )
     assert len(per_edit["data"]) == 2 and per_edit["data"][1][0].startswith(
         "… 1 more edits not shown (first 1 of 2)"
     )

@@ -97,6 +97,23 @@ def test_registered_functions_give_the_papers_formulas(rome_run) -> None:
         "specificity_same_relation": specificity("same-relation"),
         "specificity_other_graphs": specificity("other-graphs"),
     }
+    ripple = rome_run.document["ripple"]
+
+    def ripple_form(criterion: str, probability: bool) -> M.MetricValue:
+        """RippleEdits: the mean over an edit's kept queries of the criterion, then over the edits."""
+        edits: dict[str, list[float]] = {}
+        for r in ripple:
+            if r["criterion"] != criterion or not r["kept"]:
+                continue
+            if not probability:
+                edits.setdefault(r["edit_id"], []).append(r["accuracy"])
+            elif r["p_competitor"] is not None:
+                edits.setdefault(r["edit_id"], []).append(float(r["p_target"] > r["p_competitor"]))
+        return _weighted([(1.0, sum(v) / len(v)) for v in edits.values()])
+
+    for criterion in ("LG", "CI", "CII", "SA", "PV", "RS"):
+        direct[f"ripple_accuracy.{criterion}"] = ripple_form(criterion, False)
+        direct[f"ripple_probability.{criterion}"] = ripple_form(criterion, True)
     parts = [direct[p].value for p in ("ifr_per_edit", "preservation_macro", "efficacy", "specificity")]
     xs = [1 - min(1.0, parts[0]), *parts[1:]]  # type: ignore[operator, list-item]
     direct["deep_editing_score"] = M.MetricValue(

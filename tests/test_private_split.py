@@ -25,6 +25,7 @@ from knowgic.dataset.validate import validate_folder
 from knowgic.editors.hparams import load_hparams
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import EvaluationRequest, evaluate
+from knowgic.evaluation.private import PRIVATE_NO_RIPPLE
 from knowgic.measure.compute import metrics_of_sums
 from knowgic.measure.private import edit_key, read_private
 from knowgic.recompute import check_results, settings_of
@@ -191,6 +192,11 @@ def test_the_private_block_publishes_only_what_ranking_needs(
     sums = read_private(private).sums
     assert private["metrics"] == metrics_of_sums(sums, benchmark_spec(), settings_of(private))
     assert sums["efficacy"].ratio.numerator.size == LIMIT
+    # RippleEdits' criteria are public-data only: null on the split, with the reason, and no ripple count.
+    assert "ripple" not in private["counts"] and document["counts"]["ripple"]
+    for name in ("ripple_accuracy", "ripple_probability"):
+        for entry in private["metrics"][name].values():
+            assert entry["value"] is None and entry["reason"] == PRIVATE_NO_RIPPLE
     gap = private["ifr_gap"]
     assert gap["metric"] == "ifr_per_edit" and gap["public_edits"] == gap["private_edits"] == LIMIT
     assert gap["flagged"] is None  # a drill: no flag (the reason is checked above)

@@ -35,17 +35,19 @@ def _graph() -> Graph:
 def test_each_criterion_of_the_five_fact_graph_by_hand() -> None:
     expected = [
         Query("LG", "inverse", "Alessandra Mussolini", ("parent",), CHILD_OF,
-              "Who is a parent of {}?", "Hillary Clinton", ("Hillary Rodham",), ()),
+              "Who is a parent of {}?", "Hillary Clinton", ("Hillary Rodham",), (), None),
         Query("CI", "compose_object", "Hillary Clinton", ("child", "spouse"), "The spouse of a child of {} is",
-              "Who is the spouse of a child of {}?", "Mauro Floriani", (), (F5,)),
+              "Who is the spouse of a child of {}?", "Mauro Floriani", (), (F5,), None),
         Query("CII", "compose_subject", "Bill Clinton", ("spouse", "child"), "A child of the spouse of {} is",
-              "Who is a child of the spouse of {}?", "Alessandra Mussolini", (), (F2,)),
+              "Who is a child of the spouse of {}?", "Alessandra Mussolini", (), (F2,), "Chelsea Clinton"),
         Query("SA", "alias", "Hillary Rodham", ("child",), CHILD_IS, "Who is a child of {}?",
-              "Alessandra Mussolini", (), (Fact("Hillary Rodham", CHILD_IS, "Chelsea Clinton"),)),
+              "Alessandra Mussolini", (), (Fact("Hillary Rodham", CHILD_IS, "Chelsea Clinton"),),
+              "Chelsea Clinton"),
         Query("PV", "preserve", "Hillary Clinton", ("child",), "A child of {} other than Alessandra Mussolini is",
-              "Who is a child of {} other than Alessandra Mussolini?", "Robin Rodham", (), (F4,)),
+              "Who is a child of {} other than Alessandra Mussolini?", "Robin Rodham", (), (F4,),
+              "Alessandra Mussolini"),
         Query("RS", "unrelated_relation", "Hillary Clinton", ("spouse",), SPOUSE, "Who is the spouse of {}?",
-              "Bill Clinton", ("William Jefferson Clinton",), (F1,)),
+              "Bill Clinton", ("William Jefferson Clinton",), (F1,), "Alessandra Mussolini"),
     ]  # fmt: skip
     got = edit_queries(EDIT, _graph(), relation_table(), ALIASES)
     assert got == expected
@@ -60,7 +62,7 @@ def test_a_symmetric_edit_and_the_old_fact_read_backwards() -> None:
     lg = [q for q in got if q.criterion == "LG"]
     assert lg == [
         Query("LG", "symmetric", "Donald Smith", ("spouse",), SPOUSE, "Who is the spouse of {}?",
-              "Hillary Clinton", ("Hillary Rodham",), ()),
+              "Hillary Clinton", ("Hillary Rodham",), (), None),
     ]  # fmt: skip
     assert [q for q in got if q.criterion in ("CI", "CII", "PV")] == []  # spouse is functional: no PV
     assert [(q.target, q.prompt) for q in got if q.criterion == "RS"] == [
@@ -78,16 +80,34 @@ def test_transitive_relation_both_ways() -> None:
     ]
     edit = Edit("e3", "Springfield", "{} is located in", "Illinois", "Ohio")
     got = edit_queries(edit, Graph.of(facts, relation_table()), relation_table(), {})
-    assert [(q.rule, q.subject, q.prompt, q.target, q.conditions) for q in got if q.criterion == "LG"] == [
-        ("transitive", "Springfield", "{} is located in", "USA", (facts[1],)),
-        ("transitive", "Oak Street", "{} is situated in", "Ohio", (facts[2],)),
+    assert [
+        (q.rule, q.subject, q.prompt, q.target, q.conditions, q.competitor)
+        for q in got
+        if q.criterion == "LG"
+    ] == [
+        ("transitive", "Springfield", "{} is located in", "USA", (facts[1],), None),  # Illinois is in nothing
+        ("transitive", "Oak Street", "{} is situated in", "Ohio", (facts[2],), "Illinois"),
     ]
+
+
+def test_the_competitor_is_the_answer_before_the_edit_where_the_graph_has_one() -> None:
+    """A sixth and seventh fact give CI and LG their old answers: CI's is the spouse of the old child o
+    (Chelsea's), the symmetric LG's the new spouse's own spouse (spouse is functional)."""
+    f6 = Fact("Chelsea Clinton", SPOUSE, "Marc Mezvinsky")
+    f7 = Fact("Donald Smith", SPOUSE, "Marla Maples")
+    graph = Graph.of([*FACTS, f6, f7], relation_table())
+    ci = [q for q in edit_queries(EDIT, graph, relation_table(), ALIASES) if q.criterion == "CI"]
+    assert [(q.target, q.competitor) for q in ci] == [("Mauro Floriani", "Marc Mezvinsky")]
+    edit = Edit("e2", "Hillary Clinton", SPOUSE, "Bill Clinton", "Donald Smith")
+    lg = [q for q in edit_queries(edit, graph, relation_table(), ALIASES) if q.criterion == "LG"]
+    assert [(q.target, q.competitor) for q in lg] == [("Hillary Clinton", "Marla Maples")]
 
 
 def test_a_query_row_carries_its_conditions() -> None:
     cii = next(q for q in edit_queries(EDIT, _graph(), relation_table(), ALIASES) if q.criterion == "CII")
     row = query_row("e1", cii)
     assert row["conditions"] == [{"subject": "Bill Clinton", "prompt": SPOUSE, "answer": "Hillary Clinton"}]
+    assert row["competitor"] == "Chelsea Clinton"
     assert len(row["query_id"]) == 12 and row["prompt"].format(row["subject"]).startswith(
         "A child of the spouse"
     )

@@ -20,6 +20,7 @@ from knowgic.evaluation.sweep import (
     RANK_MARK,
     headline_columns,
     length_columns,
+    ripple_columns,
     row_labels,
     summary_table,
 )
@@ -68,12 +69,15 @@ def test_each_value_has_its_interval_and_each_ranked_column_its_rank_range(runs)
     documents = [_document(runs[name]) for name in ("none", "ice", "rome")]
     table = summary_table(documents)
     rows = _rows(table)
-    assert [r[0] for r in rows] == ["none", "ice", "rome"] * 2
-    headline, lengths = rows[:3], rows[3:]
+    assert [r[0] for r in rows] == ["none", "ice", "rome"] * 3
+    headline, lengths, ripple = rows[:3], rows[3:6], rows[6:]
     for column_index, column in enumerate(headline_columns(benchmark_spec()), 1):
         _check_column(documents, column, [r[column_index] for r in headline])
     for column_index, column in enumerate(length_columns(benchmark_spec()), 1):
         _check_column(documents, column, [r[column_index] for r in lengths])
+    for column_index, column in enumerate(ripple_columns(benchmark_spec()), 1):
+        _check_column(documents, column, [r[column_index] for r in ripple])
+    assert "RippleEdits' criteria" in table
     # ROME makes the 3 edits, the others do not; 3 edits cannot tell 3 of 3 from 0 of 3 apart beyond doubt,
     # but ROME's range starts at 1 and is bold.
     efficacy = 1 + [c.metric for c in headline_columns(benchmark_spec())].index("efficacy")

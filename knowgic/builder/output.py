@@ -3,6 +3,8 @@
     edits with chains --rows (case_id, requested_rewrite, chain, broader_context, edit_id, flags)-->
     data/{chains,edits,facts}-test.jsonl + aliases.json + README.md (card) + CHANGELOG.md + version.json
     + data/ripple-test.jsonl (RippleEdits' queries with spec/relations.yaml, outside the content hash)
+    + subject_aliases.json (the names the model knows each subject by, validated; outside the content hash;
+      the ripple config's Subject Aliasing asks under them)
     + build/build.json (model, revision, prompts, seeds, review, counts)
     + build/provenance.jsonl (per fact: prompt, model output, sentence, extraction, validation, decision)
     + build/relations-proposed.yaml (only when spec/relations.yaml lacks a template: the relations proposed
@@ -26,7 +28,7 @@ from knowgic.dataset.checks import check_aliases, check_chains, row_flags
 from knowgic.dataset.derive import edit_rows, fact_rows, ripple_config
 from knowgic.dataset.io import aliases_text, atomic_write_text, canonical_json, jsonl_text, sha256_text
 from knowgic.dataset.schemas import ROW_SCHEMAS, validator
-from knowgic.dataset.versions import ALIASES_FILE, VERSION_FILE
+from knowgic.dataset.versions import ALIASES_FILE, SUBJECT_ALIASES_FILE, VERSION_FILE
 from knowgic.errors import KnowgicError
 from knowgic.records import EditRequest
 from knowgic.ripple.relations import proposals_text, relation_table
@@ -123,7 +125,11 @@ def version_files(
     provenance: Sequence[Mapping[str, Any]],
     license_text: str | None,
     chain_questions: Sequence[Mapping[str, Any]] = (),
+    subject_aliases: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, str]:
+    """Every file of the version folder by its path. ``subject_aliases``: the names the model knows each
+    subject by (:mod:`knowgic.builder.aliases`), written to ``subject_aliases.json`` (the subjects of the
+    version's facts only) and used by the ``ripple`` config's Subject Aliasing."""
     if not rows:
         raise KnowgicError("the build found no chains: nothing to write (see the counts in the build folder)")
     configs = {"chains": rows, "edits": edit_rows(rows), "facts": fact_rows(rows, aliases)}
@@ -134,7 +140,14 @@ def version_files(
     aliases = {k: list(v) for k, v in sorted(aliases.items()) if k in used}
     sha256 = sha256_text(canonical_json({"aliases": aliases, **configs}))
     # derived from the hashed configs, outside the hash; a template the table lacks gets a proposed relation
-    ripple = ripple_config(rows, aliases, relation_table())
+    named = None
+    if subject_aliases is not None:
+        subjects = {f["subject"] for f in configs["facts"]}
+        named = {k: list(v) for k, v in sorted(subject_aliases.items()) if k in subjects and v}
+        problem = first_error_line(validator("subject_aliases").iter_errors(named))
+        if problem is not None:
+            raise KnowgicError(f"built {SUBJECT_ALIASES_FILE} breaks its schema at {problem}")
+    ripple = ripple_config(rows, aliases, relation_table(), named)
     configs["ripple"] = ripple.rows
     _check("ripple", ripple.rows)
     findings = check_chains(rows) + check_aliases(aliases, rows)
@@ -145,6 +158,8 @@ def version_files(
     entry = ChangelogEntry(version, summary, (f"Built by `knowgic build` ({record['build_key'][:12]}).",))
     files = {DATA_FILES[c]: jsonl_text(r) for c, r in configs.items()}
     files[ALIASES_FILE] = aliases_text(aliases) if aliases else "{}\n"
+    if named is not None:
+        files[SUBJECT_ALIASES_FILE] = aliases_text(named) if named else "{}\n"
     card = render_card(
         version, summary, sha256, {c: DATA_FILES[c] for c in configs}, configs, aliases, findings, entry
     )
@@ -172,6 +187,11 @@ def version_files(
         "configs": {c: {"path": DATA_FILES[c], "split": "test", "rows": len(r)} for c, r in configs.items()},
         "aliases": {"path": ALIASES_FILE, "entities": len(aliases)},
         "ripple": ripple.record,
+        **(
+            {"subject_aliases": {"path": SUBJECT_ALIASES_FILE, "entities": len(named)}}
+            if named is not None
+            else {}
+        ),
         "files": {
             path: {"size": len(text.encode("utf-8")), "sha256": sha256_text(text)}
             for path, text in sorted(files.items())

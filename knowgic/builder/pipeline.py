@@ -614,6 +614,7 @@ class Build:
         seeds = self.seeds()
         validated = self.query_validation(seeds)
         grown, rows, facts = self.grow_rounds(seeds, validated)
+        named = self.subject_aliases(seeds, facts)
         edits, no_counterfactual = self.edit_specs(seeds, facts)
         graph_cfg = {
             "scope": cfg.scope,
@@ -637,6 +638,9 @@ class Build:
             seeds, validated, grown, rows, facts, edits, no_counterfactual, graph_out, chains
         )
         counts["chain_questions_known"] = sum(q["known"] for q in questions)
+        checked = [c for row in named["subjects"] for c in row["candidates"]]
+        counts["subject_alias_candidates"] = len(checked)
+        counts["subject_aliases_accepted"] = sum(c["accepted"] for c in checked)
         out = None
         if cfg.out is not None:
             record = self.record(seeds, counts, rows, grown, graph_out)
@@ -649,13 +653,52 @@ class Build:
                 license_text = lic.read_text(encoding="utf-8") if lic.is_file() else None
             aliases = dict(seeds["aliases"])
             files = version_files(
-                cfg.name, cfg.version, chains, aliases, record, provenance, license_text, questions
+                cfg.name,
+                cfg.version,
+                chains,
+                aliases,
+                record,
+                provenance,
+                license_text,
+                questions,
+                named["aliases"],
             )
             write_folder(cfg.out, files, cfg.overwrite)
             out = cfg.out
         return BuildResult(
             counts, self.ran, self.skipped, out, time.perf_counter() - started, self.stage_seconds
         )
+
+    def subject_aliases(self, seeds: dict[str, Any], facts: list[dict[str, Any]]) -> dict[str, Any]:
+        """The other names the model knows each subject of the graph by, each validated on the subject's
+        known facts (:mod:`knowgic.builder.aliases`)."""
+        from knowgic.builder.aliases import RULES_VERSION, subject_aliases
+
+        prompts = sorted({f["prompt"] for f in facts} | {t["prompt"] for t in seeds["templates"].values()})
+        config = {
+            **self.model_config(self.cfg.model),
+            "protocol": self.protocol,
+            "subject_aliases": self.spec.subject_aliases,
+            "rules_version": RULES_VERSION,
+            "seed": self.seed,
+            "max_entity_chars": self.spec.defaults["max_entity_chars"],
+            "templates": prompts,
+            "facts_sha256": sha256_text(rv.dumps(facts)),
+        }
+
+        def work(key: str) -> dict[str, Any]:
+            return subject_aliases(
+                facts,
+                self.generator(self.cfg.model),
+                self.scorer(),
+                self.spec,
+                self.store.journal("subject_aliases", key),
+                prompts,
+                self.seed,
+                self.cfg.progress,
+            )
+
+        return self.stage("subject_aliases", config, ["query_validation"], work)
 
     def chain_questions(self, chains: list[dict[str, Any]], aliases: dict[str, Any]) -> list[dict[str, Any]]:
         """The paper's chain-based questions: one per chain, validated on the model (build provenance)."""

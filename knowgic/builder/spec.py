@@ -13,7 +13,18 @@ from knowgic.yamlfile import read_yaml
 
 COT_PROMPTS = ("base", "chat", "entity_question")
 """The chain-of-thought prompts: for base models, for chat models, and the question about a new object."""
-_SECTIONS = ("defaults", "cot", "extraction", "new_relation", "judge", "refine", "chain_question")
+ALIAS_PROMPTS = ("base", "chat")
+"""The subject alias prompts: for base models and for chat models."""
+_SECTIONS = (
+    "defaults",
+    "cot",
+    "extraction",
+    "new_relation",
+    "judge",
+    "refine",
+    "chain_question",
+    "subject_aliases",
+)
 
 
 @dataclass(frozen=True)
@@ -27,6 +38,7 @@ class BuilderSpec:
     judge: dict[str, str]
     refine: dict[str, Any]
     chain_question: dict[str, str]
+    subject_aliases: dict[str, Any]
     path: str
 
     def prompts(self) -> dict[str, Any]:
@@ -38,6 +50,7 @@ class BuilderSpec:
             "judge": self.judge,
             "refine": self.refine,
             "chain_question": self.chain_question,
+            "subject_aliases": self.subject_aliases,
         }
 
     def extraction_examples(self, sentence: str = "") -> str:
@@ -95,7 +108,8 @@ def load_builder_spec(path: Path | None = None) -> BuilderSpec:
     missing = [s for s in _SECTIONS if not isinstance(data.get(s), dict)]
     if missing:
         raise KnowgicError(f"{where}: missing section(s) {', '.join(missing)}")
-    absent = [k for k in COT_PROMPTS if not isinstance(data["cot"].get(k), str)]
-    if absent:
-        raise KnowgicError(f"{where}: cot: missing prompt(s) {', '.join(absent)}")
+    for section, keys in (("cot", COT_PROMPTS), ("subject_aliases", ALIAS_PROMPTS)):
+        absent = [k for k in keys if not isinstance(data[section].get(k), str)]
+        if absent:
+            raise KnowgicError(f"{where}: {section}: missing prompt(s) {', '.join(absent)}")
     return BuilderSpec(**{s: dict(data[s]) for s in _SECTIONS}, path=str(where))

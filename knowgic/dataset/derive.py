@@ -10,7 +10,9 @@
   version's facts, with ``spec/relations.yaml`` and the alias map; edits in ``edits`` order, each edit's
   queries in criterion order. Outside the content hash (``version.json`` records its own, and the relation
   table's). A shipped version's templates must all be declared (:func:`ripple_rows`); a builder output's
-  are completed by proposed relations (:func:`ripple_config`), which its ``version.json`` names.
+  are completed by proposed relations (:func:`ripple_config`), which its ``version.json`` names, and its
+  Subject Aliasing queries use the subject aliases the build validated (``subject_aliases.json``) instead
+  of the alias map, which names answers.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from knowgic.dataset.io import canonical_json, clean_aliases, sha256_text, short_id
 from knowgic.records import EditRequest
-from knowgic.ripple.queries import Edit, Fact, Graph, edit_queries, query_row
+from knowgic.ripple.queries import CRITERIA, Edit, Fact, Graph, Query, edit_queries, query_row
 from knowgic.ripple.relations import RelationTable, with_proposals
 
 Row = Mapping[str, Any]
@@ -125,19 +127,46 @@ def fact_rows(chains: Sequence[Row], aliases: Mapping[str, Sequence[str]]) -> li
 
 
 def ripple_rows(
-    chains: Sequence[Row], aliases: Mapping[str, Sequence[str]], table: RelationTable
+    chains: Sequence[Row],
+    aliases: Mapping[str, Sequence[str]],
+    table: RelationTable,
+    subject_aliases: Mapping[str, Sequence[str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The ``ripple`` config: every edit's queries on the graph of the version's distinct facts."""
+    """The ``ripple`` config: every edit's queries on the graph of the version's distinct facts.
+    ``subject_aliases`` (a builder output's, validated on its model): Subject Aliasing asks each edit under
+    its subject's names there, none for a subject absent; without it, under the alias map's."""
     graph = Graph.of(
         (Fact(f["subject"], f["prompt"], f["answer"]) for f in fact_rows(chains, aliases)), table
     )
     names = clean_aliases(aliases)
+    subjects = clean_aliases(subject_aliases) if subject_aliases is not None else None
     rows: list[dict[str, Any]] = []
     for e in edit_rows(chains):
         r = e["requested_rewrite"][0]
         edit = Edit(e["edit_id"], r["subject"], r["prompt"], r["target_true"]["str"], r["target_new"]["str"])
-        rows.extend(query_row(edit.edit_id, q) for q in edit_queries(edit, graph, table, names))
+        queries = edit_queries(edit, graph, table, names)
+        if subjects is not None:
+            queries = _subject_aliasing(queries, edit, graph, table, names, subjects)
+        rows.extend(query_row(edit.edit_id, q) for q in queries)
     return rows
+
+
+def _subject_aliasing(
+    queries: Sequence[Query],
+    edit: Edit,
+    graph: Graph,
+    table: RelationTable,
+    names: Mapping[str, Sequence[str]],
+    subjects: Mapping[str, Sequence[str]],
+) -> list[Query]:
+    """``queries`` with their SA queries made under the subject's own aliases: the edit's queries with the
+    subject's entry of the alias map replaced (only SA reads it as the subject's names; a target's aliases
+    are looked up for the target), in criterion order."""
+    under = {**names, edit.subject: tuple(subjects.get(edit.subject, ()))}
+    sa = [q for q in edit_queries(edit, graph, table, under) if q.criterion == "SA"]
+    kept = [q for q in queries if q.criterion != "SA"]
+    order = list(CRITERIA)
+    return sorted(kept + sa, key=lambda q: order.index(q.criterion))  # stable: order within kept
 
 
 def ripple_record(rows: Sequence[Row], table: RelationTable) -> dict[str, Any]:
@@ -178,9 +207,13 @@ class RippleConfig:
 
 
 def ripple_config(
-    chains: Sequence[Row], aliases: Mapping[str, Sequence[str]], table: RelationTable
+    chains: Sequence[Row],
+    aliases: Mapping[str, Sequence[str]],
+    table: RelationTable,
+    subject_aliases: Mapping[str, Sequence[str]] | None = None,
 ) -> RippleConfig:
     """The ``ripple`` config of a builder output: a template ``table`` lacks gets a proposed relation
-    (:func:`knowgic.ripple.relations.with_proposals`) instead of failing the build."""
+    (:func:`knowgic.ripple.relations.with_proposals`) instead of failing the build; Subject Aliasing uses
+    the build's ``subject_aliases`` (``subject_aliases.json``) when given."""
     extended, proposals = with_proposals(table, chain_templates(chains))
-    return RippleConfig(ripple_rows(chains, aliases, extended), extended, proposals)
+    return RippleConfig(ripple_rows(chains, aliases, extended, subject_aliases), extended, proposals)

@@ -45,6 +45,10 @@ class DatasetFolder:
             raise KnowgicError(f"unknown config {config!r}; known: {', '.join(ROW_SCHEMAS)}")
         return [dict(r) for r in read_rows(config_path(self.folder, self.info, config))]
 
+    def has_config(self, config: str) -> bool:
+        """Whether the version ships ``config`` (``ripple``: 1.0.0 and private splits do not)."""
+        return config in (self.info.get("configs") or {})
+
     def aliases(self) -> dict[str, list[str]]:
         """The alias map as stored (entity -> aliases, list form)."""
         raw = read_json(self.folder / ALIASES_FILE)

@@ -173,6 +173,8 @@ class FieldDoc:
 def _type_of(schema: Mapping[str, Any], base: str) -> tuple[str, dict[str, Any], str]:
     node, node_base = resolve(schema, base)
     kind = node.get("type")
+    if isinstance(kind, list) and len([k for k in kind if k != "null"]) == 1:
+        kind = next(k for k in kind if k != "null")  # a nullable field: every dataset feature is nullable
     if kind is None and "anyOf" in node:
         raise KnowgicError("a dataset feature cannot be derived from a schema with anyOf")
     return str(kind), node, node_base

@@ -6,8 +6,9 @@ checked against the config's JSON Schema (``chains`` -> ``case``, ``edits`` -> `
 ``fact``); each error names the row (``case_id``, ``edit_id`` or ``fact_id`` when readable, else the row
 index), the JSON pointer and what was expected. Schema-valid chains rows then get the semantic checks of
 :mod:`knowgic.dataset.checks`, with the alias map found beside the rows (``aliases.json`` or the upstream
-``attributes_with_aliases.json``) or given with ``--aliases``. Errors make the report fail (exit 1);
-warnings do not (exit 0).
+``attributes_with_aliases.json``) or given with ``--aliases``. A builder output's ``subject_aliases.json``
+is checked against its schema and rebuilds the ``ripple`` config's Subject Aliasing queries. Errors make
+the report fail (exit 1); warnings do not (exit 0).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from knowgic.dataset.io import (
 )
 from knowgic.dataset.loading import dataset_label
 from knowgic.dataset.schemas import ROW_SCHEMAS, validator, yaml_features
+from knowgic.dataset.versions import SUBJECT_ALIASES_FILE
 from knowgic.errors import EXIT_FAILED_CHECK, EXIT_OK, KnowgicError
 from knowgic.ripple.relations import relation_table
 from knowgic.schema_errors import explain, json_pointer, reportable, short
@@ -195,13 +197,15 @@ def _duplicate_ids(config: str, rows: Sequence[Any], file: str) -> list[SchemaEr
     ]
 
 
-def alias_errors(raw: Any, file: str) -> list[SchemaError]:
-    v = validator("aliases")
+def alias_errors(raw: Any, file: str, schema: str = "aliases") -> list[SchemaError]:
+    """The schema errors of an alias map (``schema``: ``aliases``, or ``subject_aliases`` for a builder
+    output's ``subject_aliases.json``)."""
+    v = validator(schema)
     return [
         SchemaError(
             explain(e),
             file,
-            "aliases",
+            schema,
             f"entity {e.absolute_path[0]!r}" if e.absolute_path else None,
             None,
             json_pointer(e.absolute_path),
@@ -238,6 +242,7 @@ def _derived_findings(
     chains: Sequence[Mapping[str, Any]],
     aliases: Mapping[str, Sequence[str]] | None,
     loaded: Mapping[str, Sequence[Mapping[str, Any]]],
+    subject_aliases: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Finding]:
     out: list[Finding] = []
     expected: dict[str, list[dict[str, Any]]] = {"edits": edit_rows(chains)}
@@ -246,7 +251,8 @@ def _derived_findings(
     if aliases is not None and "ripple" in loaded:
         try:
             # a template spec/relations.yaml lacks is rebuilt with the proposal the builder made for it
-            expected["ripple"] = ripple_config(chains, aliases, relation_table()).rows
+            # and Subject Aliasing with the build's subject aliases, where the folder has them
+            expected["ripple"] = ripple_config(chains, aliases, relation_table(), subject_aliases).rows
         except KnowgicError as exc:
             out.append(Finding("ripple_unbuildable", f"the ripple config cannot be rebuilt: {exc}", 1))
     for config, rows in expected.items():
@@ -307,6 +313,19 @@ def _load_aliases(path: Path, report: ValidationReport) -> dict[str, list[str]] 
     return alias_lists(raw)
 
 
+def load_subject_aliases(path: Path, report: ValidationReport) -> dict[str, list[str]] | None:
+    """A builder output's ``subject_aliases.json`` (the one reader of the format), checked against
+    ``subject_aliases.schema.json``; None, with the errors in ``report``, when unreadable or invalid."""
+    try:
+        raw = read_json(path)
+    except UnreadableInput as exc:
+        report.errors.append(SchemaError(str(exc).removeprefix(f"{path}: "), str(path), "subject_aliases"))
+        return None
+    errs = alias_errors(raw, str(path), "subject_aliases")
+    report.errors.extend(errs)
+    return None if errs else alias_lists(raw)
+
+
 def _validate_rows(
     report: ValidationReport, config: str, rows: Sequence[Any], file: str
 ) -> list[Mapping[str, Any]]:
@@ -337,6 +356,10 @@ def validate_file(
             data = parse_json(text, str(path))
             if config is None and is_results_document(data):
                 return _validate_results(path, data)
+            if config is None and path.name == SUBJECT_ALIASES_FILE:
+                report.kind = "subject aliases"
+                report.errors.extend(alias_errors(data, str(path), "subject_aliases"))
+                return report
             if config is None and is_alias_map(data):
                 report.kind = "aliases"
                 errs = alias_errors(data, str(path))
@@ -570,11 +593,13 @@ def validate_folder(folder: Path, aliases_path: Path | None = None) -> Validatio
     aliases = _load_aliases(alias_file, report) if alias_file is not None else None
     if alias_file is None:
         report.notes.append("no alias map in the folder: alias checks skipped")
+    subject_file = folder / SUBJECT_ALIASES_FILE
+    subject_aliases = load_subject_aliases(subject_file, report) if subject_file.is_file() else None
     for config, rows in loaded.items():
         if rows:
             report.warnings.extend(semantic_findings(config, rows, aliases))
     if loaded.get("chains") and report.ok:
-        report.warnings.extend(_derived_findings(loaded["chains"], aliases, loaded))
+        report.warnings.extend(_derived_findings(loaded["chains"], aliases, loaded, subject_aliases))
     report.warnings.extend(_check_card_features(meta, loaded))
     _check_version_record(folder, report)
     return report

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 HUB_DIR = PACKAGE_DIR / "dataset" / "hub"
 VERSION_FILE = "version.json"
 ALIASES_FILE = "aliases.json"
+SUBJECT_ALIASES_FILE = "subject_aliases.json"
+"""A builder output's subject -> the other names its model knows it by (validated), for Subject Aliasing;
+outside the content hash, like the ``ripple`` config it feeds."""
 CONFIGS = tuple(CONFIG_SCHEMAS)
 """The configs of the content hash (a version may hold derived configs beyond them: ``ROW_SCHEMAS``)."""
 SPLIT = "test"

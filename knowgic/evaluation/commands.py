@@ -19,6 +19,10 @@ from knowgic.argtypes import (
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
 from knowgic.intervals import BOOTSTRAP_METHODS, DEFAULT_LEVEL, METHODS
+from knowgic.slurm import add_slurm_options, given_slurm_options, slurm_profile
+
+EXECUTORS = ("local", "slurm")
+"""Where ``knowgic sweep`` runs its editors; the first is the default."""
 
 if TYPE_CHECKING:
     from knowgic.paired import MetricDifference
@@ -165,6 +169,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "instead of the table",
     )
     _add_stats_arguments(s, "applied to the editors with key statistics, the others run as they are")
+    cluster = s.add_argument_group(
+        "Slurm", "--executor slurm: each editor's run is one Slurm job (submitit; docs/cluster.md)"
+    )
+    cluster.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default=EXECUTORS[0],
+        help="where the editors run: one after another in this process (local, the default), or as Slurm "
+        "jobs (slurm: one job array, the key statistics first; state in OUT/.slurm)",
+    )
+    cluster.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="submit and return at once; the same command run again collects the finished runs",
+    )
+    cluster.add_argument(
+        "--resubmit-failed",
+        action="store_true",
+        help="resubmit the jobs that failed (the run raised, ran out of time or memory); jobs Slurm stopped "
+        "(cancelled, preempted, node failure) are resubmitted without it",
+    )
+    add_slurm_options(cluster)
     s.set_defaults(func=run_sweep_command)
 
     m = subparsers.add_parser(
@@ -351,7 +377,7 @@ def print_results(
     from rich.console import Console
     from rich.table import Table
 
-    from knowgic.spec import benchmark_spec
+    from knowgic.spec import benchmark_spec, part_label
 
     metrics_spec = (spec or benchmark_spec()).metrics
     # Piped or logged output gets whole lines rather than a table folded to 80 columns.
@@ -387,7 +413,7 @@ def print_results(
             continue
         for part, sub in entry.items():  # ifr_by_length: one row per chain length
             table.add_row(
-                f"  {label}, n = {part}",
+                f"  {part_label(label, part)}",
                 *_value_cells(sub),
                 str(sub["n"]),
                 _edits_cell(sub),
@@ -434,25 +460,53 @@ def run_sweep_command(args: argparse.Namespace) -> int:
     from knowgic.evaluation.sweep import run_folder, run_sweep
 
     editors = [e.strip() for e in args.editors.split(",") if e.strip()]
-    documents, table = run_sweep(
-        model=args.model,
-        editors=editors,
-        out_dir=args.out,
-        protocol=args.protocol,
-        mode=args.mode,
-        dataset_version=args.dataset_version,
-        limit=args.limit,
-        dtype=args.dtype,
-        device=args.device,
-        progress=sys.stderr.isatty(),
-        stats_corpus=args.stats_corpus,
-        stats_samples=args.stats_samples,
-        report=_log_line,
-        log=None if sys.stderr.isatty() else _log_line,
-        overwrite=args.overwrite,
-        seed=args.seed,
-        protocol_overrides=dict(args.protocol_param),
-    )
+    settings: dict[str, Any] = {
+        "protocol": args.protocol,
+        "mode": args.mode,
+        "dataset_version": args.dataset_version,
+        "limit": args.limit,
+        "dtype": args.dtype,
+        "device": args.device,
+        "stats_corpus": args.stats_corpus,
+        "stats_samples": args.stats_samples,
+        "overwrite": args.overwrite,
+        "seed": args.seed,
+        "protocol_overrides": dict(args.protocol_param),
+    }
+    if args.executor == "local":
+        given = given_slurm_options(args) + [
+            flag
+            for flag, on in (("--no-wait", args.no_wait), ("--resubmit-failed", args.resubmit_failed))
+            if on
+        ]
+        if given:
+            raise KnowgicError(f"{', '.join(given)}: for --executor slurm only")
+        documents, table = run_sweep(
+            model=args.model,
+            editors=editors,
+            out_dir=args.out,
+            progress=sys.stderr.isatty(),
+            report=_log_line,
+            log=None if sys.stderr.isatty() else _log_line,
+            **settings,
+        )
+    else:
+        from knowgic.evaluation.slurm_sweep import run_slurm_sweep
+
+        collected = run_slurm_sweep(
+            args.model,
+            editors,
+            args.out,
+            profile=slurm_profile(args),
+            wait=not args.no_wait,
+            resubmit_failed=args.resubmit_failed,
+            progress=sys.stderr.isatty(),
+            report=_log_line,
+            **settings,
+        )
+        if collected is None:
+            return 0
+        documents, table = collected
     summary = args.out / "summary.md"
     if args.json:
         paths = [run_folder(args.out, d["config"]["editor"]) / "results.json" for d in documents]

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 import knowgic
@@ -24,7 +25,7 @@ from knowgic.editors.base import Editor
 from knowgic.editors.hparams import hparams_sha256, load_hparams
 from knowgic.editors.layer_stats import stats_overrides
 from knowgic.errors import KnowgicError
-from knowgic.evaluation.harness import RunScores, run_edits
+from knowgic.evaluation.harness import RippleScoring, RunScores, run_edits
 from knowgic.evaluation.outputs import environment, write_run_outputs
 from knowgic.evaluation.plan import EvalPlan, build_plan
 from knowgic.evaluation.preflight import DTYPES as DTYPES  # the runner's stages read it here
@@ -37,8 +38,9 @@ from knowgic.models.loading import load_model
 from knowgic.models.threads import cpu_threads
 from knowgic.results import RESULTS_SCHEMA_VERSION, finalize
 from knowgic.scoring import make_scorer
-from knowgic.scoring.base import Scorer, Scores
+from knowgic.scoring.base import Query, Scorer, Scores
 from knowgic.scoring.cache import ScoreCache, queries_sha256
+from knowgic.scoring.continuation import ContinuationScorer
 from knowgic.spec import benchmark_spec
 
 
@@ -94,11 +96,28 @@ class EvaluationRun:
 def make_editor(
     request: EvaluationRequest, editor_cls: type[Editor], loaded: LoadedModel
 ) -> tuple[Editor, dict[str, Any], str | None]:
+    hparams, source = editor_hparams(request, editor_cls, loaded.model_id, loaded.family)
+    try:
+        editor = editor_cls(hparams)
+    except KnowgicError:
+        raise
+    except Exception as exc:
+        raise KnowgicError(
+            f"editor {request.editor!r} rejected its hparams: {type(exc).__name__}: {exc}"
+        ) from exc
+    return editor, hparams, source
+
+
+def editor_hparams(
+    request: EvaluationRequest, editor_cls: type[Editor], model_id: str, family: str | None
+) -> tuple[dict[str, Any], str | None]:
+    """The hparams ``request``'s editor runs with on the model ``model_id`` of ``family`` (what
+    results.json records), and their source; nothing is loaded."""
     method = editor_method_name(request.editor, editor_cls)
     hparams, source = load_hparams(
         method,
-        loaded.model_id,
-        loaded.family,
+        model_id,
+        family,
         path=request.hparams_path,
         editor_schema=editor_cls.hparams_schema,
         required=hparams_required(request.editor, editor_cls),
@@ -111,15 +130,7 @@ def make_editor(
                 f"({source or 'defaults'}) set mom2_adjustment: false, so no key statistics are collected"
             )
         hparams = {**hparams, **overrides}  # recorded in results.json as the hparams the run used
-    try:
-        editor = editor_cls(hparams)
-    except KnowgicError:
-        raise
-    except Exception as exc:
-        raise KnowgicError(
-            f"editor {request.editor!r} rejected its hparams: {type(exc).__name__}: {exc}"
-        ) from exc
-    return editor, hparams, source
+    return hparams, source
 
 
 def pre_edit_scores(
@@ -130,6 +141,42 @@ def pre_edit_scores(
     use_cache: bool,
 ) -> tuple[Scores, bool, float]:
     """The unedited model's scores of every plan query, from the on-disk cache when present."""
+    return _cached_scores(scorer, loaded, plan.queries, dataset_sha256, use_cache)
+
+
+def ripple_pre_scores(
+    scorer: Scorer,
+    continuation: Scorer,
+    loaded: LoadedModel,
+    plan: EvalPlan,
+    dataset_sha256: str,
+    use_cache: bool,
+) -> tuple[Scores, bool, float]:
+    """The unedited model's scores of the plan's ripple condition facts (from the on-disk cache when
+    present), as scores of every ripple query: the others are left unscored (p 0, not known).
+
+    A condition fact is known when the run's protocol knows it *and* its greedy continuation names the
+    answer (RippleEdits' own test, ``continuation``): a test is kept only where the unedited model passes
+    the very check its accuracy applies after the edit, so an editor that changes nothing keeps every
+    Preservation and Relation Specificity test, under either form."""
+    conditions = [plan.ripple_queries[i] for i in plan.ripple_conditions]
+    scores, cached, seconds = _cached_scores(scorer, loaded, conditions, dataset_sha256, use_cache)
+    greedy, greedy_cached, greedy_seconds = _cached_scores(
+        continuation, loaded, conditions, dataset_sha256, use_cache
+    )
+    p = np.zeros(len(plan.ripple_queries), dtype=np.float64)
+    known = np.zeros(len(plan.ripple_queries), dtype=bool)
+    index = list(plan.ripple_conditions)
+    p[index], known[index] = scores.p, scores.known & greedy.known
+    return Scores(p, known), cached and greedy_cached, seconds + greedy_seconds
+
+
+def _cached_scores(
+    scorer: Scorer, loaded: LoadedModel, queries: list[Query], dataset_sha256: str, use_cache: bool
+) -> tuple[Scores, bool, float]:
+    """The unedited model's scores of ``queries``, from the on-disk cache when present."""
+    if not queries:
+        return Scores(np.zeros(0, dtype=np.float64), np.zeros(0, dtype=bool)), False, 0.0
 
     cache = ScoreCache() if use_cache else None
     key = None
@@ -139,15 +186,15 @@ def pre_edit_scores(
             scorer.protocol,
             scorer.params,
             dataset_sha256,
-            queries_sha256(plan.queries),
+            queries_sha256(queries),
             dtype=loaded.dtype,
             device_type=torch.device(loaded.device).type,
         )
         cached = cache.get(key)
-        if cached is not None and len(cached) == len(plan.queries):
+        if cached is not None and len(cached) == len(queries):
             return cached, True, 0.0
     start = time.perf_counter()
-    scores = scorer.score(loaded.model, loaded.tokenizer, plan.queries)
+    scores = scorer.score(loaded.model, loaded.tokenizer, queries)
     seconds = time.perf_counter() - start
     if cache is not None and key is not None:
         cache.put(key, scores)
@@ -199,7 +246,8 @@ def evaluate(
     dataset = open_dataset(request.dataset_version)
     ref = dataset.ref("chains")
     cases = dataset.cases()
-    plan = build_plan(cases, dataset.clean_aliases(), limit=request.limit)
+    ripple_rows = dataset.rows("ripple") if dataset.has_config("ripple") else None
+    plan = build_plan(cases, dataset.clean_aliases(), limit=request.limit, ripple=ripple_rows)
     second = None
     if private is not None:
         second = private_plan(private, cases, ref.version, plan)
@@ -222,6 +270,13 @@ def evaluate(
 
     with cpu_threads(loaded.model, loaded.device) as threads:
         pre, pre_cached, pre_seconds = pre_edit_scores(scorer, loaded, plan, ref.sha256, request.use_cache)
+        ripple = None
+        if plan.has_ripple:
+            continuation = ContinuationScorer()
+            ripple_pre, _, ripple_pre_seconds = ripple_pre_scores(
+                scorer, continuation, loaded, plan, ref.sha256, request.use_cache
+            )
+            ripple = RippleScoring(ripple_pre, continuation)
         torch.manual_seed(request.seed)
         on_edit = None if log is None else edit_logger(editor.name, len(plan.edits), log)
         run = run_edits(
@@ -234,7 +289,10 @@ def evaluate(
             mode=request.mode,
             progress=progress,
             on_edit=on_edit,
+            ripple=ripple,
         )
+        if ripple is not None:
+            run.ripple_seconds += ripple_pre_seconds
         if private is not None and second is not None:
             # After the public edits, on the restored model: the public scores are a run's without it.
             private_pre, _, private_pre_seconds = pre_edit_scores(
@@ -292,6 +350,7 @@ def evaluate(
         "counts": scored["counts"],
         "per_edit": scored["per_edit"],
         "chains": scored["chains"],
+        "ripple": scored["ripple"],
         "uncertainty": scored["uncertainty"],
         "timing": {
             "total_seconds": time.perf_counter() - started,
@@ -300,6 +359,7 @@ def evaluate(
             "pre_scores_cached": pre_cached,
             "edit_seconds": sum(run.edit_seconds.values()),
             "scoring_seconds": run.scoring_seconds,
+            "ripple_seconds": run.ripple_seconds,
         },
     }
     if private is not None and second is not None and run.private is not None:

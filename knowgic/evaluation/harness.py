@@ -4,6 +4,12 @@
 with a parameter fingerprint that the restore was exact. ``sequential`` mode applies the edits one after
 another in dataset order and scores every edit's queries once at the end, then restores them all.
 
+Ripple queries (RippleEdits' criteria) are scored in the same places, apart from the plan's other queries:
+with each edit's post-edit model (its in-context prefix included; in sequential mode at the end), the kept
+rows' targets and competitors by the run's scorer and their targets' greedy continuations by the
+continuation scorer (:mod:`knowgic.scoring.continuation`); ``ripple_pre`` (their condition facts scored
+before the edits) says which rows are kept.
+
 A private split (:mod:`knowgic.dataset.private`) is a second plan with edits of its own: the caller runs
 this loop again over it, after the public plan and on the restored model, so the public scores are those of
 a run without it (and, in sequential mode, the two sequences never mix).
@@ -23,7 +29,7 @@ from tqdm.auto import tqdm
 from knowgic.editors.base import EditHandle, Editor
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.fingerprint import assert_restored, fingerprint
-from knowgic.evaluation.plan import EvalPlan
+from knowgic.evaluation.plan import EditPlan, EvalPlan
 from knowgic.scoring.base import NonFiniteLogits, Query, Scorer, Scores
 from knowgic.spec import benchmark_spec
 
@@ -57,6 +63,12 @@ class RunScores:
     pre_from_cache: bool = False
     # The private split's run (its own edits, applied after the public ones), when one was given.
     private: RunScores | None = None
+    # Ripple queries: the pre-edit scores of EvalPlan.ripple_queries (condition facts; None: not scored),
+    # and per edit the kept rows' post-edit p' (targets, competitors) and continuation accuracy (targets).
+    ripple_pre: Scores | None = None
+    ripple_post: dict[str, PostScores] = field(default_factory=dict)
+    ripple_accuracy: dict[str, PostScores] = field(default_factory=dict)
+    ripple_seconds: float = 0.0
 
 
 def _score_subset(
@@ -88,6 +100,46 @@ def _score_union(
             scores=Scores(p=union.scores.p[rows], known=union.scores.known[rows]),
         )
     return post
+
+
+@dataclass(frozen=True)
+class RippleScoring:
+    """What scores a plan's ripple queries: the pre-edit scores of ``EvalPlan.ripple_queries`` (their
+    condition facts) and the continuation scorer of RippleEdits' accuracy."""
+
+    pre: Scores
+    continuation: Scorer
+
+
+def _score_ripple(
+    ripple: RippleScoring,
+    scorer: Scorer,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    plan: EvalPlan,
+    edits: Sequence[EditPlan],
+    prefix: str,
+    run: RunScores,
+) -> None:
+    """The kept ripple rows of ``edits`` scored on the model as it is (one call per scorer for all of them)."""
+    start = time.perf_counter()
+    known = ripple.pre.known
+    post = {e.edit_id: e.ripple_post(known) for e in edits}
+    targets = {e.edit_id: e.ripple_targets(known) for e in edits}
+    for scores, by_edit, which in (
+        (run.ripple_post, post, scorer),
+        (run.ripple_accuracy, targets, ripple.continuation),
+    ):
+        needed = sorted({i for indices in by_edit.values() for i in indices})
+        union = _score_subset(which, model, tokenizer, plan.ripple_queries, needed, prefix)
+        position = {int(q): k for k, q in enumerate(union.indices)}
+        for edit_id, indices in by_edit.items():
+            rows = np.asarray([position[i] for i in indices], dtype=np.int64)
+            scores[edit_id] = PostScores(
+                indices=np.asarray(indices, dtype=np.int64),
+                scores=Scores(p=union.scores.p[rows], known=union.scores.known[rows]),
+            )
+    run.ripple_seconds += time.perf_counter() - start
 
 
 def _edited_non_finite(error: NonFiniteLogits, what: str) -> KnowgicError:
@@ -129,6 +181,7 @@ def run_edits(
     mode: str | None = None,
     progress: bool = True,
     on_edit: Callable[[str, dict[str, Any]], None] | None = None,
+    ripple: RippleScoring | None = None,
 ) -> RunScores:
     """Apply the plan's edits in ``mode`` (default: the benchmark spec's) and score each edit's queries
     after it.
@@ -136,12 +189,14 @@ def run_edits(
     ``pre`` are the unedited model's scores of ``plan.queries`` (computed or cached by the caller); they
     decide each edit's neighbourhood, hence which queries it scores (:meth:`EditPlan.post_queries`).
     ``on_edit(edit_id, info)`` is called after each edit: once it is scored and restored (independent), or
-    once it is applied (sequential, where all edits are scored together at the end).
+    once it is applied (sequential, where all edits are scored together at the end). ``ripple``: score the
+    plan's ripple queries too (module docstring); their time is ``ripple_seconds``, apart from
+    ``scoring_seconds`` and the edits' seconds.
     """
     mode = mode or benchmark_spec().default_mode
     if mode not in MODES:
         raise KnowgicError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
-    run = RunScores(pre=pre, post={})
+    run = RunScores(pre=pre, post={}, ripple_pre=None if ripple is None else ripple.pre)
     stamps = fingerprint(model)
     bar = tqdm(plan.edits, desc=f"{editor.name} ({mode})", unit="edit", disable=not progress)
 
@@ -155,12 +210,15 @@ def run_edits(
                 run.post[edit.edit_id] = _score_subset(
                     scorer, model, tokenizer, plan.queries, edit.post_queries(pre.known), handle.prompt_prefix
                 )
+                scored = time.perf_counter()
+                if ripple is not None:
+                    _score_ripple(ripple, scorer, model, tokenizer, plan, [edit], handle.prompt_prefix, run)
             except NonFiniteLogits as error:
                 raise _edited_non_finite(error, _edit_label(edit)) from None
             finally:
-                scored = time.perf_counter()
+                done = time.perf_counter()
                 handle.restore()
-            run.edit_seconds[edit.edit_id] = (applied - start) + (time.perf_counter() - scored)
+            run.edit_seconds[edit.edit_id] = (applied - start) + (time.perf_counter() - done)
             run.scoring_seconds += scored - applied
             run.edit_info[edit.edit_id] = dict(handle.info)
             run.edit_prefix[edit.edit_id] = handle.prompt_prefix
@@ -187,6 +245,8 @@ def run_edits(
         try:
             run.post = _score_union(scorer, model, tokenizer, plan, pre, prefix)
             run.scoring_seconds = time.perf_counter() - start
+            if ripple is not None:
+                _score_ripple(ripple, scorer, model, tokenizer, plan, plan.edits, prefix, run)
         except NonFiniteLogits as error:
             raise _edited_non_finite(error, f"the {len(handles)} sequential edits") from None
     finally:

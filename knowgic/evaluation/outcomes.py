@@ -11,7 +11,7 @@ from knowgic import metrics as M
 from knowgic.evaluation.harness import RunScores
 from knowgic.evaluation.plan import EvalPlan
 from knowgic.measure.definitions import METRICS
-from knowgic.measure.records import EditRecord, Records
+from knowgic.measure.records import EditRecord, Records, RippleRecord
 
 
 @dataclass
@@ -107,8 +107,44 @@ def edit_record(
     )
 
 
-def records_of(out: Outcomes, edit_ids: Sequence[str]) -> Records:
-    """The typed records of ``out``, edits in the order of ``edit_ids``."""
+def ripple_outcomes(plan: EvalPlan, run: RunScores) -> tuple[RippleRecord, ...] | None:
+    """One record per ripple row of the plan's edits (edit order, then the config's): its conditions known
+    before the edit and, for a kept row, its accuracy and p' of target and competitor after it. None when
+    the ripple queries were not scored (a plan without a ripple config)."""
+    if not plan.has_ripple or run.ripple_pre is None:
+        return None
+    known = run.ripple_pre.known
+    out = []
+    for edit in plan.edits:
+        p = run.ripple_post[edit.edit_id].lookup() if edit.ripple else {}
+        acc = run.ripple_accuracy[edit.edit_id].lookup() if edit.ripple else {}
+        for q in edit.ripple:
+            kept = q.kept(known)
+            out.append(
+                RippleRecord(
+                    edit_id=edit.edit_id,
+                    query_id=q.query_id,
+                    criterion=q.criterion,
+                    conditions=len(q.conditions),
+                    conditions_known=sum(bool(known[i]) for i in q.conditions),
+                    kept=kept,
+                    accuracy=acc[q.target][0] if kept else None,
+                    p_target=p[q.target][0] if kept else None,
+                    p_competitor=p[q.competitor][0] if kept and q.competitor is not None else None,
+                    has_competitor=q.competitor is not None,
+                )
+            )
+    return tuple(out)
+
+
+def records_of(
+    out: Outcomes,
+    edit_ids: Sequence[str],
+    ripple: tuple[RippleRecord, ...] | None = None,
+    ripple_reason: str | None = None,
+) -> Records:
+    """The typed records of ``out``, edits in the order of ``edit_ids``; ``ripple``: its ripple records
+    (None: none were scored, for ``ripple_reason``)."""
     edits = []
     for edit_id in edit_ids:
         question = [o for o in out.question if o.edit_id == edit_id]
@@ -122,7 +158,10 @@ def records_of(out: Outcomes, edit_ids: Sequence[str]) -> Records:
                 out.neighbourhoods[edit_id],
             )
         )
-    return Records(tuple(edits), tuple(out.chains), sum(e.preservation_facts or 0 for e in edits))
+    facts = sum(e.preservation_facts or 0 for e in edits)
+    if ripple_reason is None:
+        return Records(tuple(edits), tuple(out.chains), facts, ripple)
+    return Records(tuple(edits), tuple(out.chains), facts, ripple, ripple_reason)
 
 
 NO_QUESTION = "the edit has no question form (no step with its subject and target_true has a question)"

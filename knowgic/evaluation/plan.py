@@ -20,6 +20,13 @@ Decisions (documented in docs/metrics.md):
   facts when the unedited model knows at least one of them, else the fallback. Only the chosen set is
   scored after the edit. Facts that are themselves edited by an evaluated request, and facts whose answer
   is the edit's ``target_new``, are never neighbours.
+- Ripple queries (RippleEdits' criteria, the version's ``ripple`` config): each planned edit's rows, in
+  their own query list (``EvalPlan.ripple_queries``), scored apart from the queries above so that adding
+  them moves none of their scores. A row's condition facts are scored before the edit, as the version
+  defines each fact (:class:`QueryMaker`); the row is *kept* when the protocol's known rule accepts every
+  one (:meth:`RippleQueryPlan.kept`), and only kept rows are scored after the edit: the target with its
+  aliases and the competitor with its own (p' under the run's protocol), and the target by its greedy
+  continuation (RippleEdits' accuracy, :mod:`knowgic.scoring.continuation`).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -94,6 +102,23 @@ class Neighbourhood:
     neighbours: tuple[NeighbourPlan, ...]
 
 
+@dataclass(frozen=True)
+class RippleQueryPlan:
+    """One ripple row of an edit: its condition facts (indices into ``EvalPlan.ripple_queries``, scored
+    before the edit), its target's query (p' and the greedy continuation after the edit) and its
+    competitor's (p' after the edit; None where the row names none)."""
+
+    query_id: str
+    criterion: str
+    conditions: tuple[int, ...]
+    target: int
+    competitor: int | None
+
+    def kept(self, known_pre: Sequence[bool] | np.ndarray) -> bool:
+        """Every condition fact known before the edit (``known_pre[i]`` of ``EvalPlan.ripple_queries``)."""
+        return all(bool(known_pre[i]) for i in self.conditions)
+
+
 @dataclass
 class EditPlan:
     request: EditRequest
@@ -104,6 +129,7 @@ class EditPlan:
     question: TargetPlan | None
     same_relation: list[NeighbourPlan]
     fallback: list[NeighbourPlan]
+    ripple: tuple[RippleQueryPlan, ...] = ()
 
     @property
     def edit_id(self) -> str:
@@ -136,6 +162,22 @@ class EditPlan:
             needed |= {n.true_query, n.new_query}
         return tuple(sorted(needed))
 
+    def ripple_kept(self, known_pre: Sequence[bool] | np.ndarray) -> tuple[RippleQueryPlan, ...]:
+        """The ripple rows whose condition facts the unedited model knows (``known_pre`` of the ripple
+        queries): the only ones scored after the edit."""
+        return tuple(q for q in self.ripple if q.kept(known_pre))
+
+    def ripple_post(self, known_pre: Sequence[bool] | np.ndarray) -> tuple[int, ...]:
+        """The ripple queries scored after the edit under the run's protocol: the kept rows' targets and
+        competitors, sorted and distinct."""
+        needed = {q.target for q in self.ripple_kept(known_pre)}
+        needed |= {q.competitor for q in self.ripple_kept(known_pre) if q.competitor is not None}
+        return tuple(sorted(needed))
+
+    def ripple_targets(self, known_pre: Sequence[bool] | np.ndarray) -> tuple[int, ...]:
+        """The ripple queries whose greedy continuation is decoded after the edit: the kept rows' targets."""
+        return tuple(sorted({q.target for q in self.ripple_kept(known_pre)}))
+
 
 @dataclass
 class EvalPlan:
@@ -143,10 +185,18 @@ class EvalPlan:
     edits: list[EditPlan]
     total_rows: int
     info: dict[str, int] = field(default_factory=dict)
+    ripple_queries: list[Query] = field(default_factory=list)
+    # Whether the version has a ripple config (a private split and 1.0.0 have none).
+    has_ripple: bool = False
 
     @property
     def n_chains(self) -> int:
         return sum(len(e.chains) for e in self.edits)
+
+    @property
+    def ripple_conditions(self) -> tuple[int, ...]:
+        """The ripple queries scored before the edits: every planned row's condition facts, sorted."""
+        return tuple(sorted({i for e in self.edits for q in e.ripple for i in q.conditions}))
 
 
 class _QueryIndex:
@@ -242,11 +292,13 @@ def build_plan(
     limit: int | None = None,
     fallback_neighbours: int = 10,
     edit_ids: Collection[str] | None = None,
+    ripple: Sequence[Mapping[str, Any]] | None = None,
 ) -> EvalPlan:
     """Group ``cases`` by edit request (dataset order) and intern every query the metrics need.
 
     ``limit`` keeps the first ``limit`` distinct edits, ``edit_ids`` (a private split's plan: the edits of
     the public plan) those with these ids; ``n_gold`` and neighbourhoods still come from the whole version.
+    ``ripple``: the version's ``ripple`` rows (None: it has none); the planned edits' rows are planned.
     """
     make_query = QueryMaker(cases, aliases)
     index = _QueryIndex()
@@ -279,6 +331,33 @@ def build_plan(
                 for fact in block.facts:
                     seen.setdefault(fact.key, fact)
         graph_facts[request] = list(seen.values())
+
+    ripple_index = _QueryIndex()
+    ripple_by_edit: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in ripple or ():
+        ripple_by_edit[str(row["edit_id"])].append(row)
+
+    def ripple_plan(row: Mapping[str, Any]) -> RippleQueryPlan:
+        answers = tuple(dict.fromkeys([row["target"], *row["target_aliases"]]))
+        target = Query(row["prompt"], row["subject"], answers, row["question"])
+        rival = row["competitor"]
+        conditions = (make_query(c["prompt"], c["subject"], c["answer"]) for c in row["conditions"])
+        return RippleQueryPlan(
+            query_id=str(row["query_id"]),
+            criterion=str(row["criterion"]),
+            conditions=tuple(ripple_index.add(q) for q in conditions),
+            target=ripple_index.add(target),
+            competitor=None
+            if rival is None
+            else ripple_index.add(
+                Query(
+                    row["prompt"],
+                    row["subject"],
+                    answer_forms(rival, aliases, make_query.folded),
+                    row["question"],
+                )
+            ),
+        )
 
     edits: list[EditPlan] = []
     for request in requests:
@@ -340,6 +419,7 @@ def build_plan(
                 question=question,
                 same_relation=neighbour_plans(same_relation),
                 fallback=neighbour_plans(fallback[:fallback_neighbours]),
+                ripple=tuple(ripple_plan(row) for row in ripple_by_edit.get(request.edit_id, ())),
             )
         )
     return EvalPlan(
@@ -350,4 +430,6 @@ def build_plan(
             "distinct_edits_in_version": len(rows_by_edit),
             "distinct_facts_in_version": len(make_query.facts),
         },
+        ripple_queries=ripple_index.queries,
+        has_ripple=ripple is not None,
     )

@@ -34,7 +34,7 @@ from knowgic.evaluation.harness import MODES
 from knowgic.evaluation.outputs import check_no_run, check_not_a_runs_folder, check_writable
 from knowgic.measure.definitions import METRICS
 from knowgic.models.available import check_model, model_family
-from knowgic.models.loading import resolve_device, resolve_source
+from knowgic.models.loading import check_device_name, resolve_device, resolve_source
 from knowgic.scoring import make_scorer
 from knowgic.spec import benchmark_spec
 
@@ -57,9 +57,10 @@ def hparams_required(name: str, editor_cls: type[Editor]) -> bool:
     return name in BUILTIN_EDITORS and editor_method_name(name, editor_cls) not in HPARAMS_OPTIONAL
 
 
-def check_request(request: EvaluationRequest, model: bool = True) -> type[Editor]:
+def check_request(request: EvaluationRequest, model: bool = True, here: bool = True) -> type[Editor]:
     """Check everything ``request`` will use that does not need the model loaded; return the editor class.
-    ``model``: check the model too (a sweep checks its one model once)."""
+    ``model``: check the model too (a sweep checks its one model once); ``here``: the run happens on this
+    machine, so the device must be present (a Slurm job's device is on its node: only its name is checked)."""
     spec = benchmark_spec()
     if request.mode not in spec.modes:
         raise KnowgicError(f"unknown mode {request.mode!r}; known: {', '.join(spec.modes)}")
@@ -73,7 +74,10 @@ def check_request(request: EvaluationRequest, model: bool = True) -> type[Editor
         raise KnowgicError(problem)
     if request.dtype not in DTYPES:
         raise KnowgicError(f"unknown dtype {request.dtype!r}; known: {', '.join(DTYPES)}")
-    resolve_device(request.device)  # an unknown device, or CUDA on a machine without it
+    if here:
+        resolve_device(request.device)  # an unknown device, or CUDA on a machine without it
+    else:
+        check_device_name(request.device)
     if request.limit is not None and request.limit < 1:
         raise KnowgicError(f"--limit must be a positive number of edits, got {request.limit}")
     make_scorer(request.protocol, **request.protocol_overrides)  # unknown protocol/params fail here

@@ -40,6 +40,12 @@ if TYPE_CHECKING:
     from knowgic.spec import BenchmarkSpec
 
 
+PRIVATE_NO_RIPPLE = (
+    "a private split has no ripple config: RippleEdits' criteria are scored on the public data only"
+)
+"""Why the private block's RippleEdits metrics are null (their sums record it)."""
+
+
 def private_plan(
     split: PrivateSplit, public_cases: Sequence[Case], public_version: str, plan: EvalPlan
 ) -> tuple[EvalPlan, int]:
@@ -71,7 +77,9 @@ def private_document(
     ``plan`` and ``run``: the split's plan and its scores; ``public``: the document being built (its
     ``config``, ``dataset``, ``counts``, ``per_edit`` and ``chains``), whose per-edit IFR the flag compares
     with the split's."""
-    records = records_of(collect_outcomes(plan, run), [edit.edit_id for edit in plan.edits])
+    records = records_of(
+        collect_outcomes(plan, run), [edit.edit_id for edit in plan.edits], ripple_reason=PRIVATE_NO_RIPPLE
+    )
     sums = metric_sums(records, spec)
     block = private_block(
         asdict(split.ref),

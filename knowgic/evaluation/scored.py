@@ -6,7 +6,8 @@ chains alike.
     plan + RunScores ──collect_outcomes──> Outcomes ──records_of──> Records (typed chain and edit records)
                      ──knowgic.measure.compute(records, spec)──> metrics, counts
                      ──per_edit_records──> the document's per_edit (with each edit's own metrics)
-    scored_block(...) = {"metrics", "counts", "per_edit", "chains", "uncertainty"}
+                     ──ripple_outcomes──> the ripple records (one per ripple row of the plan's edits)
+    scored_block(...) = {"metrics", "counts", "per_edit", "chains", "ripple", "uncertainty"}
 
 ``knowgic evaluate`` puts the public block at the top of a results document and, with a private split, the
 private block under ``private`` (:mod:`knowgic.evaluation.private`). Both are the same computation anyone
@@ -19,7 +20,7 @@ from dataclasses import asdict
 from typing import Any
 
 from knowgic.evaluation.harness import RunScores
-from knowgic.evaluation.outcomes import collect_outcomes, per_edit_records, records_of
+from knowgic.evaluation.outcomes import collect_outcomes, per_edit_records, records_of, ripple_outcomes
 from knowgic.evaluation.plan import EvalPlan
 from knowgic.intervals import BootstrapSettings
 from knowgic.measure.compute import compute
@@ -33,17 +34,20 @@ def scored_block(
     settings: BootstrapSettings | None = None,
     seconds_observed: bool = True,
 ) -> dict[str, Any]:
-    """The records of ``plan`` scored by ``run``, and every declared metric, interval and count of them.
+    """The records of ``plan`` scored by ``run``, and every declared metric, interval and count of them (a
+    plan without a ripple config has no ripple records: RippleEdits' metrics are undefined on it).
 
     ``seconds_observed``: whether trusted code timed each edit (not so where the runner's score stage
     replays recorded deltas: each edit's ``seconds`` is then left unknown)."""
     outcomes = collect_outcomes(plan, run)
-    records = records_of(outcomes, [edit.edit_id for edit in plan.edits])
+    ripple = ripple_outcomes(plan, run)
+    records = records_of(outcomes, [edit.edit_id for edit in plan.edits], () if ripple is None else ripple)
     computed = compute(records, spec, settings)
     return {
         "metrics": computed["metrics"],
         "counts": {**computed["counts"], "distinct_queries": len(plan.queries)},
         "per_edit": per_edit_records(plan, records, run, seconds_observed),
         "chains": [asdict(c) for c in records.chains],
+        "ripple": [asdict(r) for r in records.ripple or ()],
         "uncertainty": computed["uncertainty"],
     }

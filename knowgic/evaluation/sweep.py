@@ -13,7 +13,7 @@ from knowgic.editors.hparams import hparams_sha256
 from knowgic.editors.registry import resolve_editor
 from knowgic.errors import KnowgicError
 from knowgic.evaluation import BASELINES
-from knowgic.evaluation.evaluate import EvaluationRequest, evaluate, make_editor
+from knowgic.evaluation.evaluate import EvaluationRequest, editor_hparams, evaluate
 from knowgic.evaluation.outputs import describe_run, write_atomic
 from knowgic.evaluation.preflight import check_request, check_sweep_editors, check_sweep_folder
 from knowgic.formatting import FEW_EDITS_MARK, UNDEFINED, format_value
@@ -97,6 +97,22 @@ def length_columns(spec: BenchmarkSpec) -> tuple[Column, ...]:
     paths = [p for p, m in spec.metric_paths().items() if m.name == "ifr_by_length"]
     forms = _columns(spec, paths, lambda p, m: f"{m.short}{p.partition('.')[2]}")
     return tuple(sorted(forms, key=lambda c: c.ranked))
+
+
+def ripple_columns(spec: BenchmarkSpec) -> tuple[Column, ...]:
+    """RippleEdits' criteria (the metrics of ``group: ripple``), one column per metric and criterion, in spec
+    order; shown with their intervals and not ranked (optional columns, public data only)."""
+    return tuple(
+        Column(path, f"{m.short} {path.partition('.')[2]} {m.arrow}".replace("  ", " "), m.lower_is_better)
+        for path, m in spec.metric_paths().items()
+        if m.group == "ripple"
+    )
+
+
+RIPPLE_TITLE = (
+    "RippleEdits' criteria (public data; acc.: the greedy continuation contains the target, "
+    "p: p'(target) > p'(competitor)):"
+)
 
 
 def _bootstrap_settings(document: Mapping[str, Any]) -> BootstrapSettings:
@@ -239,8 +255,8 @@ def summary_table(
     spec: BenchmarkSpec | None = None,
     ranks: SummaryRanks | None = None,
 ) -> str:
-    """Two Markdown tables, one row per run: the headline metrics (with active chains and seconds per edit),
-    then IFR by chain length; every value with its interval, every ranked column's value with its rank
+    """Three Markdown tables, one row per run: the headline metrics (with active chains and seconds per edit),
+    then IFR by chain length, then RippleEdits' criteria (public data, not ranked); every value with its interval, every ranked column's value with its rank
     range among the rows (``#2–4``, :mod:`knowgic.measure.ranks`) and in bold where that range holds rank 1;
     the paper's pooled figures beside the per-edit forms that rank them; a footnote says how.
 
@@ -250,7 +266,7 @@ def summary_table(
     if not documents:
         return "No runs.\n"
     spec = spec or benchmark_spec()
-    headline, lengths = headline_columns(spec), length_columns(spec)
+    headline, lengths, ripple = headline_columns(spec), length_columns(spec), ripple_columns(spec)
     labels = row_labels(documents, sources)
     ranks = ranks or summary_ranks(documents, spec, labels)
     settings = ranks.settings
@@ -277,13 +293,16 @@ def summary_table(
         lines = _table(documents, labels, headline, ranks, ("active chains", "s/edit"), extra)
         lines += ["", "IFR by chain length (chains of n steps):", ""]
         lines += _table(documents, labels, lengths, ranks)
+    if ripple:
+        lines += ["", RIPPLE_TITLE, ""]
+        lines += _table(documents, labels, ripple, SummaryRanks({}, ranks.key, settings))
 
     first = documents[0]
     cfg = first["config"]
     edits = first["counts"]["edits"]
     level = round(100 * settings.level)
     declared = spec.metric_paths()
-    paths = {c.metric: declared[c.metric] for c in (*headline, *lengths)}
+    paths = {c.metric: declared[c.metric] for c in (*headline, *lengths, *ripple)}
     intervals = "; ".join(
         f"{listing(labels)}: {METHODS[method]}"
         + (f", {settings.resamples} resamples, seed {settings.seed}" if method in BOOTSTRAP_METHODS else "")
@@ -428,39 +447,33 @@ def run_sweep(
     summary.md is written from all the runs at the end.
     """
 
-    stats = {"stats_corpus": stats_corpus, "stats_samples": stats_samples}
-    with_stats = check_sweep_editors(editors, stats_corpus is not None or stats_samples is not None)
-    check_sweep_folder(out_dir)
+    requests = sweep_requests(
+        model,
+        editors,
+        out_dir,
+        protocol=protocol,
+        mode=mode,
+        dataset_version=dataset_version,
+        limit=limit,
+        dtype=dtype,
+        device=device,
+        stats_corpus=stats_corpus,
+        stats_samples=stats_samples,
+        overwrite=overwrite,
+        seed=seed,
+        protocol_overrides=protocol_overrides,
+    )
     summary_path = out_dir / "summary.md"
-    # Protocol and mode left as None take the spec's defaults (EvaluationRequest's field defaults).
-    chosen = {k: v for k, v in (("protocol", protocol), ("mode", mode)) if v is not None}
-    requests = [
-        EvaluationRequest(
-            model=model,
-            editor=editor,
-            **chosen,
-            dataset_version=dataset_version,
-            limit=limit,
-            dtype=dtype,
-            device=device,
-            seed=seed,
-            protocol_overrides=dict(protocol_overrides or {}),
-            out_dir=run_folder(out_dir, editor),
-            overwrite=overwrite,
-            **(stats if editor in with_stats else {}),
-        )
-        for editor in editors
-    ]
     finished: dict[int, dict[str, Any]] = {}
     for i, request in enumerate(requests):  # every editor and every folder is checked before anything runs
         if not overwrite and request.out_dir is not None and describe_run(request.out_dir) is not None:
-            finished[i] = _finished_run(request)
+            finished[i] = finished_run(request)
         else:
             check_request(request, model=False)
     check_model(model)  # once, last: it may ask the hub
     loaded = load_model(model, dtype=dtype, device=device, progress=progress)
     for i, document in finished.items():  # what only the loaded model tells: hparams, device, chat
-        _check_same_run(document, requests[i], _after_load_settings(requests[i], loaded))
+        check_same_run(document, requests[i], _after_load_settings(requests[i], loaded))
     documents = []
     start = time.perf_counter()
     for i, request in enumerate(requests, 1):
@@ -477,11 +490,60 @@ def run_sweep(
                 f"[{i}/{len(requests)}] {request.editor}: IFR {'–' if ifr is None else f'{ifr:.3f}'}, "
                 f"{how}, {request.out_dir}"
             )
-    table = summary_table(documents)
-    reused_note = f" ({len(finished)} of {len(requests)} editors' runs reused)" if finished else ""
-    table += f"\nSweep wall time: {time.perf_counter() - start:.0f} s{reused_note}.\n"
+    table = sweep_table(documents, time.perf_counter() - start, len(finished))
     write_atomic(summary_path, table.encode("utf-8"))
     return documents, table
+
+
+def sweep_requests(
+    model: str,
+    editors: Sequence[str],
+    out_dir: Path,
+    *,
+    protocol: str | None = None,
+    mode: str | None = None,
+    dataset_version: str | None = None,
+    limit: int | None = None,
+    dtype: str = "float32",
+    device: str = "auto",
+    stats_corpus: str | None = None,
+    stats_samples: int | None = None,
+    overwrite: bool = False,
+    seed: int = 0,
+    protocol_overrides: Mapping[str, Any] | None = None,
+) -> list[EvaluationRequest]:
+    """One request per editor, each into its :func:`run_folder` of ``out_dir`` (checked: the editors and
+    the folder); ``stats_corpus``/``stats_samples`` go to the editors with key statistics only. The same
+    for a sweep run here and one run as Slurm jobs."""
+    stats = {"stats_corpus": stats_corpus, "stats_samples": stats_samples}
+    with_stats = check_sweep_editors(editors, stats_corpus is not None or stats_samples is not None)
+    check_sweep_folder(out_dir)
+    # Protocol and mode left as None take the spec's defaults (EvaluationRequest's field defaults).
+    chosen = {k: v for k, v in (("protocol", protocol), ("mode", mode)) if v is not None}
+    return [
+        EvaluationRequest(
+            model=model,
+            editor=editor,
+            **chosen,
+            dataset_version=dataset_version,
+            limit=limit,
+            dtype=dtype,
+            device=device,
+            seed=seed,
+            protocol_overrides=dict(protocol_overrides or {}),
+            out_dir=run_folder(out_dir, editor),
+            overwrite=overwrite,
+            **(stats if editor in with_stats else {}),
+        )
+        for editor in editors
+    ]
+
+
+def sweep_table(documents: Sequence[Mapping[str, Any]], seconds: float, reused: int) -> str:
+    """summary.md: the :func:`summary_table` of a sweep's runs, in its editors' order, and its wall time."""
+    table = summary_table(documents)
+    reused_note = f" ({reused} of {len(documents)} editors' runs reused)" if reused else ""
+    return table + f"\nSweep wall time: {seconds:.0f} s{reused_note}.\n"
 
 
 def run_folder(out_dir: Path, editor: str) -> Path:
@@ -514,11 +576,29 @@ def _expected_settings(request: EvaluationRequest) -> dict[str, Any]:
 
 def _after_load_settings(request: EvaluationRequest, loaded: Any) -> dict[str, Any]:
     """What a run of ``request`` records that only the loaded model tells: hparams, device, chat."""
+    return model_settings(request, loaded.model_id, loaded.family, loaded.device, loaded.is_chat)
 
-    _, hparams, _ = make_editor(request, resolve_editor(request.editor), loaded)
-    settings = {"hparams sha256": hparams_sha256(hparams)[:12], "device": loaded.device}
-    if request.protocol in ("generate", "greedy") and "chat" not in request.protocol_overrides:
-        settings["protocol parameter chat"] = loaded.is_chat
+
+def model_settings(
+    request: EvaluationRequest,
+    model_id: str,
+    family: str | None,
+    device: str | None,
+    is_chat: bool | None = None,
+) -> dict[str, Any]:
+    """What a run of ``request`` records that depends on the model and the machine: the hparams' hash (for
+    ``model_id`` of ``family``), the device and, for the generating protocols, whether the model chats;
+    ``device`` or ``is_chat`` None: not known here, not checked."""
+    hparams, _ = editor_hparams(request, resolve_editor(request.editor), model_id, family)
+    settings: dict[str, Any] = {"hparams sha256": hparams_sha256(hparams)[:12]}
+    if device is not None:
+        settings["device"] = device
+    if (
+        is_chat is not None
+        and request.protocol in ("generate", "greedy")
+        and "chat" not in request.protocol_overrides
+    ):
+        settings["protocol parameter chat"] = is_chat
     return settings
 
 
@@ -536,7 +616,7 @@ def _recorded(document: Mapping[str, Any], name: str) -> Any:
     return c.get(name)
 
 
-def _check_same_run(
+def check_same_run(
     document: Mapping[str, Any], request: EvaluationRequest, expected: Mapping[str, Any]
 ) -> None:
     """Refuse in one line a finished run that another request made: a sweep reuses only what it would make."""
@@ -552,7 +632,7 @@ def _check_same_run(
         )
 
 
-def _finished_run(request: EvaluationRequest) -> dict[str, Any]:
+def finished_run(request: EvaluationRequest) -> dict[str, Any]:
     """The verified run in ``request.out_dir`` when it is one ``request`` would make, else a one-line error."""
     assert request.out_dir is not None
     path = request.out_dir / "results.json"
@@ -565,5 +645,5 @@ def _finished_run(request: EvaluationRequest) -> dict[str, Any]:
         document = read_results(path)
     except KnowgicError as exc:
         raise KnowgicError(f"{exc}; pass --overwrite to replace the run, or choose another folder") from None
-    _check_same_run(document, request, _expected_settings(request))
+    check_same_run(document, request, _expected_settings(request))
     return document

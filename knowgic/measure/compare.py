@@ -45,7 +45,7 @@ from knowgic.paired import (
     batch_differences,
     sign_flips,
 )
-from knowgic.spec import BenchmarkSpec, MetricSpec, benchmark_spec
+from knowgic.spec import BenchmarkSpec, MetricSpec, benchmark_spec, part_label
 
 # What must agree for a paired comparison: the same edits, scored the same way on the same model.
 COMPARABLE_SETTINGS: tuple[tuple[str, Callable[[Mapping[str, Any]], Any]], ...] = (
@@ -102,9 +102,7 @@ def ranked_path(declared: Mapping[str, MetricSpec], path: str) -> str:
 
 def path_label(declared: Mapping[str, MetricSpec], path: str) -> str:
     """``"IFR (per edit)"``, ``"IFR by chain length (per edit), n = 2"``: a metric path in words."""
-    part = path.partition(".")[2]
-    label = declared[path].label
-    return f"{label}, n = {part}" if part else label
+    return part_label(declared[path].label, path.partition(".")[2])
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from knowgic.intervals import BootstrapSettings, Interval, batch_intervals, inte
 from knowgic.measure.definitions import METRICS
 from knowgic.measure.records import Records
 from knowgic.measure.registry import EditSums, MetricRegistry
-from knowgic.spec import BenchmarkSpec, MetricSpec
+from knowgic.ripple.queries import CRITERIA
+from knowgic.spec import BenchmarkSpec, MetricSpec, benchmark_spec
 
 
 def metric_sums(
@@ -108,9 +109,26 @@ def intervals(
     }
 
 
-def counts(records: Records) -> dict[str, int]:
-    """The counts the records determine (a run's ``distinct_queries`` is its plan's, not theirs)."""
+def ripple_counts(records: Records) -> dict[str, dict[str, int]]:
+    """Per criterion: the ripple queries of the run's edits, those kept (every condition fact known before
+    the edit), those dropped by their conditions, and those with a competitor (the probability form's)."""
+    rows = records.ripple or ()
+    return {
+        c: {
+            "queries": sum(r.criterion == c for r in rows),
+            "kept": sum(r.criterion == c and r.kept for r in rows),
+            "dropped_by_conditions": sum(r.criterion == c and not r.kept for r in rows),
+            "with_competitor": sum(r.criterion == c and r.has_competitor for r in rows),
+        }
+        for c in CRITERIA
+    }
+
+
+def counts(records: Records) -> dict[str, Any]:
+    """The counts the records determine (a run's ``distinct_queries`` is its plan's, not theirs); ``ripple``
+    (:func:`ripple_counts`) where the records have ripple queries."""
     chains, edits = records.chains, records.edits
+    extra: dict[str, Any] = {} if records.ripple is None else {"ripple": ripple_counts(records)}
     return {
         "rows": len(chains),
         "chains": len(chains),
@@ -122,12 +140,23 @@ def counts(records: Records) -> dict[str, int]:
         "specificity_facts": sum(e.neighbours for e in edits),
         "specificity_facts_known": sum(e.neighbours_known for e in edits),
         "generalization_edits": sum(e.generalization is not None for e in edits),
+        **extra,
     }
 
 
+BEFORE_RIPPLE = "written before ripple scoring"
+"""Why a document written before results schema 1.6 has no RippleEdits metrics (``group: ripple``)."""
+
+
 def metric_entry_at(metrics: Mapping[str, Any], path: str) -> Mapping[str, Any]:
-    """The entry of a document's ``metrics`` at ``path`` (``"ifr"`` or ``"ifr_by_length.2"``)."""
+    """The entry of a document's ``metrics`` at ``path`` (``"ifr"`` or ``"ifr_by_length.2"``). A metric of
+    the ``ripple`` group that a document lacks (written before ripple scoring, results schema 1.6) is null
+    with :data:`BEFORE_RIPPLE`."""
     head, _, tail = path.partition(".")
+    if head not in metrics:
+        declared = benchmark_spec().metrics.get(head)
+        if declared is not None and declared.group == "ripple":
+            return {"value": None, "n": 0, "reason": BEFORE_RIPPLE}
     entry = metrics[head]
     return entry[tail] if tail else entry
 

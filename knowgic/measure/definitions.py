@@ -21,6 +21,10 @@ metric                          :math:`a_e`                                     
 ``specificity_same_relation``   Specificity's, edits with same-relation neighbours     idem
 ``specificity_other_graphs``    Specificity's, edits with neighbours of other graphs   idem
 ``deep_editing_score``          harmonic mean of 1 - IFR, Preservation, Efficacy, Specificity (composite)
+``ripple_accuracy`` (part c)    mean over e's kept criterion-c queries of              1 (0 without one)
+                                [greedy continuation contains the target]
+``ripple_probability`` (part c) mean over e's kept criterion-c queries with a           1 (0 without one)
+                                competitor of :math:`[p'(\text{target}) > p'(\text{competitor})]`
 ==============================  =====================================================  ===================
 
 The sums run over active chains with :math:`R_i > 0` (weights :math:`w_i = 1/\sqrt{n_i}`) and over facts the
@@ -34,8 +38,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from knowgic import metrics as M
-from knowgic.measure.records import EditRecord, Records
+from knowgic.measure.records import EditRecord, Records, RippleRecord
 from knowgic.measure.registry import EditSums, MetricRegistry
+from knowgic.ripple.queries import CRITERIA
 
 METRICS = MetricRegistry()
 """The registry :func:`knowgic.measure.compute.compute` uses by default: every built-in metric."""
@@ -196,3 +201,43 @@ def specificity_other_graphs(records: Records) -> EditSums:
 @METRICS.register_composite("deep_editing_score")
 def deep_editing_score(values: Sequence[float | None]) -> M.MetricValue:
     return M.deep_editing_score(*values)
+
+
+def _ripple_sums(records: Records, outcome: str) -> dict[str, EditSums]:
+    """RippleEdits' per-edit mean of one outcome (``accuracy`` or ``probability``) per criterion: a_e the mean
+    over e's kept queries of the criterion that have the outcome, b_e = 1 (0 without one)."""
+    zeros = np.zeros(len(records.edits))
+    if records.ripple is None:
+        return {c: EditSums.of(zeros, zeros, 0, records.ripple_reason) for c in CRITERIA}
+
+    def value(r: RippleRecord) -> float | None:
+        if outcome == "accuracy":
+            return r.accuracy
+        if r.p_target is None or r.p_competitor is None:
+            return None
+        return float(M.prefers_new(r.p_target, r.p_competitor))
+
+    by_edit: dict[tuple[str, str], list[float]] = {}
+    for r in records.ripple:
+        v = value(r) if r.kept else None
+        if v is not None:
+            by_edit.setdefault((r.edit_id, r.criterion), []).append(v)
+    what = "with a competitor " if outcome == "probability" else ""
+    out = {}
+    for c in CRITERIA:
+        own = [by_edit.get((e.edit_id, c)) for e in records.edits]
+        out[c] = _edit_means(
+            [None if v is None else sum(v) / len(v) for v in own],
+            f"no edit has a {c} query {what}whose condition facts the unedited model knows",
+        )
+    return out
+
+
+@METRICS.register("ripple_accuracy")
+def ripple_accuracy(records: Records) -> dict[str, EditSums]:
+    return _ripple_sums(records, "accuracy")
+
+
+@METRICS.register("ripple_probability")
+def ripple_probability(records: Records) -> dict[str, EditSums]:
+    return _ripple_sums(records, "probability")

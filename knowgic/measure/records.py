@@ -6,6 +6,8 @@ back, so that what a reader recomputes from a published file is what the run com
     results document ──chains────> ChainOutcome (edit, length, active, R, R', known after the edit)
                      ──per_edit──> EditRecord   (the edit's rewrite and question outcomes, and the sums of
                                                  its broader-context facts and neighbours)
+                     ──ripple────> RippleRecord (a ripple query of an edit: criterion, conditions known,
+                                                 kept, accuracy, p' of target and competitor)
                      ──> Records ──> knowgic.measure.registry (each metric's per-edit sums)
 """
 
@@ -44,12 +46,39 @@ class EditRecord:
 
 
 @dataclass(frozen=True)
+class RippleRecord:
+    """One ripple query of an edit (the version's ``ripple`` config): ``conditions`` condition facts, of which
+    ``conditions_known`` the unedited model knows; ``kept`` when it knows all of them (only kept queries are
+    scored after the edit, the others have ``None`` outcomes); ``accuracy`` 1.0 when the edited model's greedy
+    continuation contains the target (RippleEdits' form), else 0.0; ``p_target`` and ``p_competitor`` the
+    edited model's p' under the run's protocol (``p_competitor`` None for a query without a competitor)."""
+
+    edit_id: str
+    query_id: str
+    criterion: str
+    conditions: int
+    conditions_known: int
+    kept: bool
+    accuracy: float | None
+    p_target: float | None
+    p_competitor: float | None
+    has_competitor: bool
+
+
+NO_RIPPLE_RECORDS = "the document records no ripple queries (written before ripple scoring)"
+"""Why RippleEdits' metrics are undefined on records that carry no ripple queries at all."""
+
+
+@dataclass(frozen=True)
 class Records:
-    """A run's records, in the run's edit order; ``preservation_facts``: its broader-context facts in all."""
+    """A run's records, in the run's edit order; ``preservation_facts``: its broader-context facts in all;
+    ``ripple``: its ripple queries (None: none were scored, for the reason ``ripple_reason``)."""
 
     edits: tuple[EditRecord, ...]
     chains: tuple[ChainOutcome, ...]
     preservation_facts: int
+    ripple: tuple[RippleRecord, ...] | None = None
+    ripple_reason: str = NO_RIPPLE_RECORDS
 
     @property
     def edit_ids(self) -> tuple[str, ...]:
@@ -63,12 +92,22 @@ class Records:
         """The records of one edit: each metric computed on them is that edit's own value."""
         edits = tuple(e for e in self.edits if e.edit_id == edit_id)
         chains = tuple(c for c in self.chains if c.edit_id == edit_id)
-        return Records(edits, chains, sum(e.preservation_facts or 0 for e in edits))
+        ripple = None if self.ripple is None else tuple(r for r in self.ripple if r.edit_id == edit_id)
+        return Records(
+            edits, chains, sum(e.preservation_facts or 0 for e in edits), ripple, self.ripple_reason
+        )
 
     def reordered(self, order: tuple[str, ...]) -> Records:
-        """The same records with the edits in ``order`` (the chains are looked up by edit id)."""
+        """The same records with the edits in ``order`` (the chains and ripple queries are looked up by edit
+        id)."""
         by_id = {e.edit_id: e for e in self.edits}
-        return Records(tuple(by_id[e] for e in order), self.chains, self.preservation_facts)
+        return Records(
+            tuple(by_id[e] for e in order),
+            self.chains,
+            self.preservation_facts,
+            self.ripple,
+            self.ripple_reason,
+        )
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> Records:
@@ -121,4 +160,30 @@ class Records:
                 for c in chains
             ),
             preservation_facts=facts,
+            ripple=None
+            if not isinstance(document.get("ripple"), list)
+            else ripple_records(document["ripple"]),
         )
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def ripple_records(rows: Any) -> tuple[RippleRecord, ...]:
+    """The typed ripple records of a document's ``ripple`` list (``spec/schemas/results.schema.json``)."""
+    return tuple(
+        RippleRecord(
+            edit_id=str(r["edit_id"]),
+            query_id=str(r["query_id"]),
+            criterion=str(r["criterion"]),
+            conditions=int(r["conditions"]),
+            conditions_known=int(r["conditions_known"]),
+            kept=bool(r["kept"]),
+            accuracy=_float_or_none(r["accuracy"]),
+            p_target=_float_or_none(r["p_target"]),
+            p_competitor=_float_or_none(r["p_competitor"]),
+            has_competitor=bool(r["has_competitor"]),
+        )
+        for r in rows
+    )

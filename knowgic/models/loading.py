@@ -59,6 +59,15 @@ def parse_dtype(dtype: str) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def check_device_name(device: str) -> None:
+    """``device`` names a device (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``), whatever this machine has."""
+    try:
+        if device != "auto":
+            torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise KnowgicError(f"unknown device {device!r}: expected auto, cpu, cuda, cuda:N or mps") from None
+
+
 def resolve_device(device: str) -> torch.device:
     """``auto`` = cuda when available, else cpu; ``cpu``, ``cuda``, ``cuda:N`` and ``mps`` are checked."""
     if device == "auto":

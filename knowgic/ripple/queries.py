@@ -21,6 +21,15 @@ facts are known before it.
                              than o*"                                   condition (e, r, o')
       RS   (e, r', z)        (e, r', z) in G, r' != r, r' not in D_r    condition (e, r', z)
 
+Each query names a *competitor*: the wrong answer its probability form compares the target against
+(p'(target) > p'(competitor)). Where the answer should change (LG, CI, CII, SA) it is the answer the query
+had before the edit, where G gives one, else None:
+      LG   symmetric, inverse:  x with (o*, r, x) / (o*, r^-1, x) in G, x != e, that relation functional
+           transitive:          z' with (o, r, z') in G, z' != z (through o*); o (into e)
+      CI   z with (o, r', z) in G, z != z*
+      CII, SA                   o
+Where the answer should stay (PV, RS) it is o*, as Specificity compares p'(true) against p'(target_new).
+
 A one-hop query about a fact G holds is asked with that fact's own template; one G does not hold, with the
 relation's own template; a two-hop query with the relations' noun phrases nested (the table's phrasing).
 Each query's target comes with its aliases. Queries are deduplicated per edit and criterion on (subject,
@@ -85,6 +94,8 @@ class Query:
     target: str
     target_aliases: tuple[str, ...]
     conditions: tuple[Fact, ...]
+    competitor: str | None = None
+    """The wrong answer the probability form compares ``target`` against (module docstring); None: none."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,12 @@ class Graph:
     def pointing_at(self, entity: str) -> tuple[tuple[Fact, Relation], ...]:
         """The facts (e', r', entity)."""
         return self.in_edges.get(entity, ())
+
+    def object_of(self, entity: str, relation: Relation, other_than: str) -> str | None:
+        """The first z with (entity, relation, z) in G and z != ``other_than``; None when there is none."""
+        return next(
+            (f.object for f, rel in self.about(entity) if rel is relation and f.object != other_than), None
+        )
 
 
 def _capitalized(text: str) -> str:
@@ -160,6 +177,7 @@ class _Builder:
         prompt: str,
         question: str,
         target: str,
+        competitor: str | None,
         conditions: Sequence[Fact] = (),
     ) -> None:
         key = (criterion, subject, prompt, target)
@@ -177,6 +195,7 @@ class _Builder:
                 target=target,
                 target_aliases=tuple(a for a in self.aliases.get(target, ()) if a != target),
                 conditions=tuple(conditions),
+                competitor=None if competitor == target else competitor,
             )
         )
 
@@ -188,20 +207,39 @@ def _edit_relation(edit: Edit, table: RelationTable) -> Relation:
     return rel
 
 
+def _functional_object(graph: Graph, entity: str, rel: Relation, other_than: str) -> str | None:
+    """The object G gives (entity, rel, ?) when rel is functional (one answer to replace), else None."""
+    return None if rel.one_to_many else graph.object_of(entity, rel, other_than)
+
+
 def logical_generalization(b: _Builder, edit: Edit, r: Relation, graph: Graph, table: RelationTable) -> None:
     e, new = edit.subject, edit.new
     if r.symmetric:
-        b.add("LG", "symmetric", new, [r], r.template, _question(table, r), e)
+        rival = _functional_object(graph, new, r, e)
+        b.add("LG", "symmetric", new, [r], r.template, _question(table, r), e, rival)
     if r.inverse is not None and r.inverse != r.name:
         inv = table.relations[r.inverse]
-        b.add("LG", "inverse", new, [inv], inv.template, _question(table, inv), e)
+        rival = _functional_object(graph, new, inv, e)
+        b.add("LG", "inverse", new, [inv], inv.template, _question(table, inv), e, rival)
     if r.transitive:
         for fact, rel in graph.about(new):
             if rel is r and fact.object != e:  # (e, r, o*) and (o*, r, z) => (e, r, z)
-                b.add("LG", "transitive", e, [r], r.template, _question(table, r), fact.object, [fact])
+                rival = graph.object_of(edit.old, r, fact.object)  # before: (e, r, o), (o, r, z')
+                b.add("LG", "transitive", e, [r], r.template, _question(table, r), fact.object, rival, [fact])
         for fact, rel in graph.pointing_at(e):
             if rel is r and fact.subject != new:  # (x, r, e) and (e, r, o*) => (x, r, o*)
-                b.add("LG", "transitive", fact.subject, [r], fact.template, _question(table, r), new, [fact])
+                old = edit.old  # before the edit: (x, r, e) and (e, r, o) => (x, r, o)
+                b.add(
+                    "LG",
+                    "transitive",
+                    fact.subject,
+                    [r],
+                    fact.template,
+                    _question(table, r),
+                    new,
+                    old,
+                    [fact],
+                )
 
 
 def compositionality_one(b: _Builder, edit: Edit, r: Relation, graph: Graph, table: RelationTable) -> None:
@@ -210,7 +248,8 @@ def compositionality_one(b: _Builder, edit: Edit, r: Relation, graph: Graph, tab
         if fact.object == edit.subject:
             continue  # back to e: no hop through the edit is tested
         prompt, question = _phrased(table, _nested([r, r2]), r2.answers)
-        b.add("CI", "compose_object", edit.subject, [r, r2], prompt, question, fact.object, [fact])
+        rival = graph.object_of(edit.old, r2, fact.object)  # before the edit: (e, r, o), (o, r', z)
+        b.add("CI", "compose_object", edit.subject, [r, r2], prompt, question, fact.object, rival, [fact])
 
 
 def compositionality_two(b: _Builder, edit: Edit, r: Relation, graph: Graph, table: RelationTable) -> None:
@@ -222,7 +261,7 @@ def compositionality_two(b: _Builder, edit: Edit, r: Relation, graph: Graph, tab
         if fact.subject == edit.old and r1.name in backwards:
             continue  # (o, r^-1, e) is the old fact itself, which the edit retracts
         prompt, question = _phrased(table, _nested([r1, r]), r.answers)
-        b.add("CII", "compose_subject", fact.subject, [r1, r], prompt, question, edit.new, [fact])
+        b.add("CII", "compose_subject", fact.subject, [r1, r], prompt, question, edit.new, edit.old, [fact])
 
 
 def subject_aliasing(b: _Builder, edit: Edit, r: Relation, table: RelationTable) -> None:
@@ -231,7 +270,7 @@ def subject_aliasing(b: _Builder, edit: Edit, r: Relation, table: RelationTable)
         if alias == edit.subject:
             continue
         condition = Fact(alias, edit.template, edit.old)
-        b.add("SA", "alias", alias, [r], edit.template, _question(table, r), edit.new, [condition])
+        b.add("SA", "alias", alias, [r], edit.template, _question(table, r), edit.new, edit.old, [condition])
 
 
 def preservation(b: _Builder, edit: Edit, r: Relation, graph: Graph, table: RelationTable) -> None:
@@ -242,7 +281,7 @@ def preservation(b: _Builder, edit: Edit, r: Relation, graph: Graph, table: Rela
     prompt, question = _phrased(table, phrase, r.answers)
     for fact, rel in graph.about(edit.subject):
         if rel is r and fact.object not in (edit.old, edit.new):
-            b.add("PV", "preserve", edit.subject, [r], prompt, question, fact.object, [fact])
+            b.add("PV", "preserve", edit.subject, [r], prompt, question, fact.object, edit.new, [fact])
 
 
 def relation_specificity(b: _Builder, edit: Edit, r: Relation, graph: Graph, table: RelationTable) -> None:
@@ -257,6 +296,7 @@ def relation_specificity(b: _Builder, edit: Edit, r: Relation, graph: Graph, tab
                 fact.template,
                 _question(table, rel),
                 fact.object,
+                edit.new,
                 [fact],
             )
 
@@ -301,4 +341,5 @@ def query_row(edit_id: str, query: Query) -> dict[str, Any]:
         "conditions": [
             {"subject": c.subject, "prompt": c.template, "answer": c.object} for c in query.conditions
         ],
+        "competitor": query.competitor,
     }

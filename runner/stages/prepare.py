@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from knowgic.dataset.loading import dataset_ref, load_aliases, load_cases
 from knowgic.dataset.private import PrivateSplit, read_private_split
-from knowgic.editors.arch import arch_for
-from knowgic.editors.layer_stats import model_identity, model_revision, second_moments
-from knowgic.editors.rome.hparams import ROMEHyperParams
-from knowgic.editors.rome.weights import resolve_layers
+from knowgic.editors.key_statistics import compute_key_statistics, key_statistics
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.evaluate import check_request
 from knowgic.evaluation.plan import build_plan
@@ -49,44 +45,6 @@ def edit_requests(spec: JobSpec, private: PrivateSplit | None = None) -> EditReq
     return EditRequests.of(str(spec.mode), ref.version, public, [edit.request for edit in second.edits])
 
 
-@dataclass(frozen=True)
-class KeyStatistics:
-    """The second moments a job's hparams name (the ROME/MEMIT/AlphaEdit conventions): C = E[k kᵀ] at the
-    MLP output projection of each of ``layers``, over ``sample_count`` documents of ``corpus``."""
-
-    layers: tuple[int, ...]
-    corpus: str
-    sample_count: int
-    dtype: str
-    batch_tokens: int
-
-
-def key_statistics(hparams: dict[str, Any]) -> KeyStatistics | None:
-    """What :func:`run_prepare_stage` computes for ``hparams``: None unless they name ``layers`` and a
-    ``mom2_*`` setting with ``mom2_adjustment`` left on; missing settings take ROME's defaults."""
-    layers = hparams.get("layers")
-    named = any(key.startswith("mom2_") for key in hparams)
-    if not named or hparams.get("mom2_adjustment", True) is False or not isinstance(layers, list):
-        return None
-    if not layers or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers):
-        return None
-    defaults = {f.name: f.default for f in fields(ROMEHyperParams)}
-
-    def value(name: str, kind: type) -> Any:
-        found = hparams.get(name, defaults[name])
-        if not isinstance(found, kind) or isinstance(found, bool):
-            raise KnowgicError(f"hparams {name}: expected {kind.__name__}, got {found!r}")
-        return found
-
-    return KeyStatistics(
-        layers=tuple(layers),
-        corpus=value("mom2_dataset", str),
-        sample_count=value("mom2_n_samples", int),
-        dtype=value("mom2_dtype", str),
-        batch_tokens=value("mom2_batch_tokens", int),
-    )
-
-
 def run_prepare_stage(
     spec: JobSpec,
     job_dir: str | Path,
@@ -109,23 +67,9 @@ def run_prepare_stage(
     if needed is not None and stats_dir is not None:
         if loaded is None:
             loaded = load_model(spec.model, dtype=spec.dtype, device=spec.device, progress=progress)
-        model = loaded.model
-        modules = [
-            arch_for(model).mlp_out.format(layer) for layer in resolve_layers(model, needed.layers, "job")
-        ]
         started = time.perf_counter()
-        second_moments(
-            model,
-            loaded.tokenizer,
-            modules,
-            model_id=model_identity(model),
-            model_revision=model_revision(model),
-            corpus=needed.corpus,
-            sample_count=needed.sample_count,
-            dtype=needed.dtype,
-            batch_tokens=needed.batch_tokens,
-            progress=progress,
-            root=Path(stats_dir),
+        modules = compute_key_statistics(
+            loaded.model, loaded.tokenizer, needed, Path(stats_dir), progress=progress
         )
         if log is not None:
             log(
