@@ -166,8 +166,9 @@ def test_float32_and_bfloat16_runs_use_different_cache_entries(knowgic_tiny, tmp
     assert not f32.document["timing"]["pre_scores_cached"]
     # The float32 entry is not reused for bfloat16: its own scores are computed and stored beside it.
     assert not bf16.document["timing"]["pre_scores_cached"]
-    # Two entries per dtype: the plan's queries and the ripple queries' condition facts.
-    assert len(list((tmp_path / "cache" / "scores").rglob("*.json"))) == 4
+    # Three entries per dtype: the plan's queries, and the ripple queries' condition facts under the run's
+    # protocol and under the greedy continuation.
+    assert len(list((tmp_path / "cache" / "scores").rglob("*.json"))) == 6
     assert bf16.document["config"]["dtype"] == "bfloat16"
     again = evaluate(bf16_request, progress=False, loaded=bf16_model)
     assert again.document["timing"]["pre_scores_cached"]
