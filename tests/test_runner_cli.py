@@ -190,6 +190,7 @@ def test_every_runner_option_has_help() -> None:
         "requeue",
         "cancel",
         "build-image",
+        "slurm-workers",
     }
     for name, sub in commands.items():
         for action in sub._actions:
