@@ -142,26 +142,30 @@ def test_the_server_is_postgresql(queue_url: str) -> None:
         assert connection.exec_driver_sql("SELECT version()").scalar_one().startswith("PostgreSQL")
 
 
+def queued_jobs(
+    queue_url: str, tmp_path: Path, results: Path, count: int, sleep: float
+) -> tuple[ResultsStore, JobQueue, list[str], dict[str, str]]:
+    """A store, ``count`` jobs of ``count`` submissions queued at ``queue_url``, and the environment of the
+    test workers that hand back ``results`` after ``sleep`` seconds (``tests/test_worker_kill.py``)."""
+    store = ResultsStore(tmp_path / "store")
+    shared = JobQueue(queue_url)
+    jobs = []
+    for i in range(count):
+        folder = make_submission(
+            tmp_path / f"sub{i}", {**MANIFEST, "name": f"method-{i}", "protocols": ["logprob"]}
+        )
+        jobs += submit(folder, store, shared, limit=1)[1]
+    env = {**os.environ, "TEST_RESULTS": str(results), "TEST_SLEEP": str(sleep), "PYTHONPATH": str(REPO_ROOT)}
+    return store, shared, jobs, env
+
+
 def test_worker_processes_drain_one_database(
     queue_url: str,
     tmp_path: Path,
     evaluated_results: Path,
 ) -> None:
     """Several ``knowgic runner worker --drain`` processes on one database: every job run once, none lost."""
-    store = ResultsStore(tmp_path / "store")
-    shared = JobQueue(queue_url)
-    jobs = []
-    for i in range(12):
-        folder = make_submission(
-            tmp_path / f"sub{i}", {**MANIFEST, "name": f"method-{i}", "protocols": ["logprob"]}
-        )
-        jobs += submit(folder, store, shared, limit=1)[1]
-    env = {
-        **os.environ,
-        "TEST_RESULTS": str(evaluated_results),
-        "TEST_SLEEP": "0.3",
-        "PYTHONPATH": str(REPO_ROOT),
-    }
+    store, shared, jobs, env = queued_jobs(queue_url, tmp_path, evaluated_results, count=12, sleep=0.3)
     workers = [
         subprocess.Popen(
             [

@@ -29,13 +29,14 @@ import pytest
 from knowgic.errors import KnowgicError
 from knowgic.evaluation.slurm_sweep import run_slurm_sweep
 from knowgic.evaluation.sweep import run_sweep
-from knowgic.runner.intake.submission import submit
-from knowgic.runner.queue.queue import JobQueue, JobState
-from knowgic.runner.store.store import ResultsStore
+from knowgic.runner.queue.queue import JobState
 from knowgic.slurm import SlurmProfile, job_states
 from tests.slurm_cluster import SlurmCluster
-from tests.test_queue_postgres import postgres_server, queue_url  # noqa: F401 - the private PostgreSQL server
-from tests.test_submission import MANIFEST, make_submission
+from tests.test_queue_postgres import (  # noqa: F401 - the private PostgreSQL server
+    postgres_server,
+    queue_url,
+    queued_jobs,
+)
 
 pytestmark = pytest.mark.slurm
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -216,20 +217,7 @@ def test_slurm_workers_drain_a_postgres_queue(
     """Two worker jobs drain one PostgreSQL queue; the one cancelled mid-job loses nothing."""
     from knowgic.runner.slurm_workers import submit_workers
 
-    store = ResultsStore(tmp_path / "store")
-    shared = JobQueue(queue_url)
-    jobs = []
-    for i in range(4):
-        folder = make_submission(
-            tmp_path / f"sub{i}", {**MANIFEST, "name": f"method-{i}", "protocols": ["logprob"]}
-        )
-        jobs += submit(folder, store, shared, limit=1)[1]
-    env = {
-        **os.environ,
-        "TEST_RESULTS": str(evaluated_results),
-        "TEST_SLEEP": "4",
-        "PYTHONPATH": str(REPO_ROOT),
-    }
+    store, shared, jobs, env = queued_jobs(queue_url, tmp_path, evaluated_results, count=4, sleep=4)
     worker_args = ["--db", queue_url, "--store", str(store.root), "--gpus", "none", "--heartbeat", "0.5"]
     worker_args += ["--grace", "3", "--poll", "0.2"]
     workers = submit_workers(
