@@ -1089,23 +1089,27 @@ def launch_app(
     Gradio's own launch messages are never printed (they give advice about Gradio's options, such as a
     share link, that this command does not take): one line says where the page is, unless ``quiet``.
     ``block``: serve until interrupted (Ctrl+C closes the server without a message)."""
-    launched = app.launch(
-        server_name=host,
-        server_port=port,
-        prevent_thread_lock=True,
-        max_file_size=getattr(app, "upload_limit_bytes", DEFAULT_UPLOAD_LIMIT_BYTES),
-        css=CSS,
-        quiet=True,
-        footer_links=["api"],
-    )
-    if not quiet:
-        print(f"KnowGIC leaderboard at {launched[1]} (Ctrl+C stops it)", flush=True)
-    if block:
-        try:
-            while app.is_running:
-                time.sleep(0.1)
-        except KeyboardInterrupt:
-            app.close(verbose=False)
+    launched = None
+    # The server's thread keeps the process alive until it is closed: a Ctrl+C that lands anywhere after the
+    # launch (a client can be served before the line below is printed) must close it, or nothing exits.
+    try:
+        launched = app.launch(
+            server_name=host,
+            server_port=port,
+            prevent_thread_lock=True,
+            max_file_size=getattr(app, "upload_limit_bytes", DEFAULT_UPLOAD_LIMIT_BYTES),
+            css=CSS,
+            quiet=True,
+            footer_links=["api"],
+        )
+        if not quiet:
+            print(f"KnowGIC leaderboard at {launched[1]} (Ctrl+C stops it)", flush=True)
+        while block and app.is_running:
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        app.close(verbose=False)
+        if launched is None:
+            raise
     return launched
 
 

@@ -87,7 +87,12 @@ def test_the_submit_form_queues_where_knowgic_queue_url_points(start: str, tmp_p
         )
     finally:
         process.send_signal(signal.SIGINT)  # Ctrl+C
-        output, _ = process.communicate(timeout=60)
+        try:
+            output, _ = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()  # never leave a server behind
+            output, _ = process.communicate()
+            pytest.fail(f"{start} did not stop on Ctrl+C within 60 s: {output[-2000:]}")
     # One line says where the page is: none of Gradio's launch hints (a share link), nothing on Ctrl+C.
     assert output.splitlines() == [f"KnowGIC leaderboard at http://127.0.0.1:{port}/ (Ctrl+C stops it)"], (
         output
