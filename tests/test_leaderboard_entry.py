@@ -69,6 +69,9 @@ def test_the_submit_form_queues_where_knowgic_queue_url_points(start: str, tmp_p
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # Ctrl+C as a terminal sends it: a test run started in the background of a script ignores SIGINT,
+        # and a child would inherit that.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + STARTUP_SECONDS
