@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -208,6 +209,20 @@ def slurm_profile(args: argparse.Namespace) -> SlurmProfile:
 
 
 # -- submitting ---------------------------------------------------------------------------------------------
+SLURM_COMMANDS = ("sbatch", "srun", "squeue", "scontrol")
+"""The Slurm commands jobs are submitted, followed and released with (submitit looks for srun too)."""
+
+
+def require_slurm() -> None:
+    """One line, before anything is written, where this machine has no Slurm commands on PATH."""
+    missing = [c for c in SLURM_COMMANDS if shutil.which(c) is None]
+    if missing:
+        raise KnowgicError(
+            f"no Slurm here: {', '.join(missing)} not found on PATH; --executor slurm and slurm-workers run on "
+            "a Slurm cluster's login node (docs/cluster.md)"
+        )
+
+
 def slurm_executor(folder: Path, profile: SlurmProfile, name: str, **extra: Any) -> Any:
     """A ``submitit.SlurmExecutor`` writing into ``folder``, its jobs named ``name`` and asking ``profile``;
     ``extra``: more sbatch settings (``dependency``, ``hold``...). No requeue on timeout: a job that runs out

@@ -72,7 +72,7 @@ from knowgic.runner.queue.states import (
 )
 from knowgic.runner.store.signing import add_signing_key_option, load_signer
 from knowgic.runner.store.store import ResultsStore
-from knowgic.slurm import add_slurm_options, slurm_profile
+from knowgic.slurm import add_slurm_options, require_slurm, slurm_profile
 
 # Imported where a command runs, not here: SQLAlchemy (the queue, the worker) and docker (the containers)
 # are the runner extra, and `knowgic --help` builds this parser without it; torch, only to name the host's
@@ -231,6 +231,7 @@ def _slurm_workers(args: argparse.Namespace) -> int:
     from knowgic.runner.slurm_workers import submit_workers
 
     profile = slurm_profile(args)
+    require_slurm()
     signer = load_signer(args.signing_key)  # the nodes read the same path: a shared file system
     if args.grace <= args.heartbeat:
         raise KnowgicError(f"--grace {args.grace:g} must be longer than --heartbeat {args.heartbeat:g}")

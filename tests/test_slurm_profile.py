@@ -72,3 +72,17 @@ def test_help_does_not_import_submitit() -> None:
     code += "print('submitit' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "False"
+
+
+def test_without_slurm_both_commands_say_so_before_writing_anything(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # no sbatch, srun, squeue nor scontrol
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--executor", "slurm", "--editors", "none", "--limit", "1", "--out", str(out)]) == 2
+    assert "no Slurm here: sbatch, srun, squeue, scontrol not found on PATH" in capsys.readouterr().err
+    assert not out.exists()
+    store = tmp_path / "store"
+    assert main(["runner", "slurm-workers", "2", "--store", str(store)]) == 2
+    assert "no Slurm here" in capsys.readouterr().err
+    assert not store.exists()

@@ -54,6 +54,7 @@ from knowgic.slurm import (
     log_tail,
     release,
     rename_and_release,
+    require_slurm,
     slurm_executor,
 )
 
@@ -280,6 +281,7 @@ def run_slurm_sweep(
     jobs are still queued or running (the next call collects them). A job that failed is reported (its
     Slurm state and log tail) in the error this raises, and resubmitted only with ``resubmit_failed``."""
     started = time.perf_counter()
+    require_slurm()
     requests = sweep_requests(model, editors, out_dir, **settings)
     overwrite = bool(settings.get("overwrite"))
     finished: dict[str, dict[str, Any]] = {}
