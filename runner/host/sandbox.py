@@ -209,19 +209,27 @@ class _PeakWatcher:
 
     def __init__(self, container_id: str) -> None:
         self.peak = 0
-        self._container_id = container_id
+        self._candidates = _memory_peak_files(container_id)
+        self._file: Path | None = None  # the candidate that exists, once found: one read per tick after that
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def _read(self) -> None:
+        for path in (self._file,) if self._file is not None else self._candidates:
+            value = _read_bytes_count(path)
+            if value is not None:
+                self._file, self.peak = path, max(self.peak, value)
+                return
+
     def _run(self) -> None:
         while not self._stopped.wait(0.01):
-            self.peak = max(self.peak, _memory_peak(self._container_id) or 0)
+            self._read()
 
     def stop(self) -> None:
         self._stopped.set()
         self._thread.join(1)
-        self.peak = max(self.peak, _memory_peak(self._container_id) or 0)
+        self._read()
 
 
 def _pids_events(container_id: str) -> int | None:
@@ -409,21 +417,26 @@ def run_sandboxed(
             container.remove(force=True, v=True)
 
 
-def _memory_peak(container_id: str) -> int | None:
-    """The container's peak memory so far, from its cgroup (v1 memory.max_usage_in_bytes, v2 memory.peak;
-    Docker's and Podman's paths), while the cgroup exists; None where none is found."""
-    for candidate in (
-        f"/sys/fs/cgroup/memory/docker/{container_id}/memory.max_usage_in_bytes",
-        f"/sys/fs/cgroup/docker/{container_id}/memory.peak",
-        f"/sys/fs/cgroup/memory/libpod_parent/libpod-{container_id}/memory.max_usage_in_bytes",
-        f"/sys/fs/cgroup/memory/machine.slice/libpod-{container_id}.scope/memory.max_usage_in_bytes",
-        f"/sys/fs/cgroup/machine.slice/libpod-{container_id}.scope/container/memory.peak",
-    ):
-        try:
-            return int(Path(candidate).read_text().strip())
-        except (OSError, ValueError):
-            continue
-    return None
+def _memory_peak_files(container_id: str) -> tuple[Path, ...]:
+    """Where a container's peak memory is kept, by engine and cgroup version (v1 memory.max_usage_in_bytes,
+    v2 memory.peak; Docker's and Podman's paths): one of them exists while its cgroup does."""
+    return tuple(
+        Path(candidate)
+        for candidate in (
+            f"/sys/fs/cgroup/memory/docker/{container_id}/memory.max_usage_in_bytes",
+            f"/sys/fs/cgroup/docker/{container_id}/memory.peak",
+            f"/sys/fs/cgroup/memory/libpod_parent/libpod-{container_id}/memory.max_usage_in_bytes",
+            f"/sys/fs/cgroup/memory/machine.slice/libpod-{container_id}.scope/memory.max_usage_in_bytes",
+            f"/sys/fs/cgroup/machine.slice/libpod-{container_id}.scope/container/memory.peak",
+        )
+    )
+
+
+def _read_bytes_count(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def _collect_logs(container: Any, reader: _LogReader, cap: int) -> tuple[str, bool]:
